@@ -1,0 +1,6 @@
+"""Compiled rules: (request, upstream outcome) → `Failure` or None."""
+
+from gateway.classify.engine import Classifier, Verdict
+from gateway.classify.observation import Observation
+
+__all__ = ["Classifier", "Observation", "Verdict"]

@@ -1,0 +1,87 @@
+"""The classifier: finds the first matching rule and turns it into a `Failure`.
+
+Rules are indexed by upstream status and by transport fault, so classifying one error
+scans only the rules that could apply to it, in their declared order; the cost does not
+grow with rules written for other statuses. The success path asks `has_rules_for(status)`,
+a dict lookup, and never touches the rules.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from gateway.classify.observation import Observation
+from gateway.classify.render_failure import build_failure
+from gateway.classify.rules import CompiledRule, compile_rule
+from gateway.config.loader import LoadedConfig
+from gateway.failure import Failure, TransportKind
+
+FIRST_FAILURE_STATUS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A failure and the rule that produced it."""
+
+    failure: Failure
+    rule: CompiledRule
+
+
+class Classifier:
+    """Compiled, indexed rules of one loaded config; immutable and safe to share."""
+
+    def __init__(self, loaded: LoadedConfig) -> None:
+        self.rules = tuple(compile_rule(r, i) for i, r in enumerate(loaded.rules))
+        self.commands = {cid: c.spec.run for cid, c in loaded.commands.items()}
+        self.message_paths = tuple(loaded.config.message_paths)
+        self.regex_timeout_s = loaded.config.limits.regex_timeout_ms / 1000
+        self._by_status = _index_statuses(self.rules)
+        self._by_transport = _index_transports(self.rules)
+        self._mcp = tuple(r for r in self.rules if r.is_mcp)
+
+    def has_rules_for(self, status: int) -> bool:
+        """True when a response with this status must be inspected (the hot-path check)."""
+        return status in self._by_status
+
+    def candidates(self, obs: Observation) -> tuple[CompiledRule, ...]:
+        if obs.transport is not None:
+            return self._by_transport.get(obs.transport, ())
+        if obs.tool is not None or obs.jsonrpc_code is not None:
+            return self._mcp
+        if obs.status is not None:
+            return self._by_status.get(obs.status, ())
+        return ()
+
+    def classify(self, obs: Observation) -> Verdict | None:
+        """The first matching rule's failure, or None when no rule matches."""
+        for rule in self.candidates(obs):
+            captures = rule.matches(obs, self.regex_timeout_s)
+            if captures is not None:
+                failure = build_failure(rule, obs, captures, self.commands, self.message_paths)
+                return Verdict(failure, rule)
+        return None
+
+
+def _index_statuses(rules: tuple[CompiledRule, ...]) -> dict[int, tuple[CompiledRule, ...]]:
+    buckets: dict[int, list[CompiledRule]] = defaultdict(list)
+    for rule in rules:
+        if rule.transports is not None or rule.is_mcp:
+            continue
+        ranges = rule.statuses or ((FIRST_FAILURE_STATUS, 599),)
+        for low, high in ranges:
+            for status in range(low, high + 1):
+                bucket = buckets[status]
+                if not bucket or bucket[-1] is not rule:
+                    bucket.append(rule)
+    return {status: tuple(bucket) for status, bucket in buckets.items()}
+
+
+def _index_transports(
+    rules: tuple[CompiledRule, ...],
+) -> dict[TransportKind, tuple[CompiledRule, ...]]:
+    buckets: dict[TransportKind, list[CompiledRule]] = defaultdict(list)
+    for rule in rules:
+        for kind in rule.transports or ():
+            buckets[kind].append(rule)
+    return {kind: tuple(bucket) for kind, bucket in buckets.items()}

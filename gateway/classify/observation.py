@@ -1,0 +1,82 @@
+"""What the classifier looks at: one failed exchange, with its body decoded at most once.
+
+The proxy builds an `Observation` only on the error path. Decoding the body as text and
+parsing it as JSON happen lazily and are cached, so a thousand body rules cost one decode.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.failure import TransportKind
+
+_UNSET: Any = object()
+
+
+@dataclass(slots=True)
+class Observation:
+    """A failed exchange as the rules see it; `body` is None when it was not read (too big)."""
+
+    route: str
+    method: str
+    path: str
+    status: int | None = None
+    transport: TransportKind | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+    content_type: str = ""
+    idempotent: bool = True
+    tool: str | None = None
+    jsonrpc_code: int | None = None
+    _text: Any = field(default=_UNSET, repr=False)
+    _json: Any = field(default=_UNSET, repr=False)
+
+    @property
+    def text(self) -> str | None:
+        """The body as text (UTF-8, invalid bytes replaced), or None when unavailable."""
+        if self._text is _UNSET:
+            self._text = None if self.body is None else self.body.decode("utf-8", "replace")
+        result: str | None = self._text
+        return result
+
+    @property
+    def json(self) -> Any:
+        """The body parsed as JSON, or None when it is not JSON."""
+        if self._json is _UNSET:
+            self._json = _parse_json(self.text)
+        return self._json
+
+
+def _parse_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    stripped = text.lstrip()
+    if not stripped or stripped[0] not in "{[\"":
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def json_path_get(value: Any, path: tuple[str | int, ...]) -> Any:
+    """Follow a dotted path (numeric segments index lists); None when any step is missing."""
+    current = value
+    for segment in path:
+        if isinstance(current, dict):
+            current = current.get(str(segment))
+        elif isinstance(current, list) and isinstance(segment, int):
+            if not -len(current) <= segment < len(current):
+                return None
+            current = current[segment]
+        else:
+            return None
+    return current
+
+
+def split_json_path(path: str) -> tuple[str | int, ...]:
+    """`"detail.0.msg"` → `("detail", 0, "msg")`."""
+    return tuple(int(p) if p.lstrip("-").isdigit() else p for p in path.split("."))

@@ -1,0 +1,139 @@
+"""Turning a matched rule into a `Failure`: templates, upstream message, retry delay.
+
+Everything that came from the upstream is treated as untrusted text: it is cut and stripped
+of control characters before it reaches a message, and it can never reach `fix_command`,
+which is looked up in the registry by id.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+import regex
+
+from gateway.classify.observation import Observation, json_path_get, split_json_path
+from gateway.config.models import RetryAfterSpec
+from gateway.failure import Failure
+
+if TYPE_CHECKING:
+    from gateway.classify.rules import CompiledRule
+
+CAPTURE_LIMIT = 200
+MESSAGE_LIMIT = 1000
+MAX_RETRY_AFTER_MS = 24 * 3600 * 1000
+_CONTROL = regex.compile(r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]+")
+_SPACES = regex.compile(r"\s+")
+
+
+def build_failure(
+    rule: CompiledRule,
+    obs: Observation,
+    captures: Mapping[str, str],
+    commands: Mapping[str, str],
+    message_paths: tuple[str, ...],
+) -> Failure:
+    error = rule.error
+    values = {k: clean_text(v, CAPTURE_LIMIT) for k, v in captures.items()}
+    values.update(status=str(obs.status or ""), method=obs.method,
+                  path=clean_text(obs.path, CAPTURE_LIMIT))
+    retryable = error.retryable and not _may_repeat_side_effect(rule, obs)
+    retry_after = _retry_after_ms(error.retry_after_ms, obs) if retryable else None
+    message = (
+        error.message.format_map(values)
+        if error.message is not None
+        else upstream_message(obs, message_paths)
+    )
+    return Failure(
+        code=error.code,
+        category=error.category,
+        message=clean_text(message, MESSAGE_LIMIT),
+        retryable=retryable,
+        retry_after_ms=retry_after,
+        fix_required=error.fix_required.format_map(values) if error.fix_required else None,
+        fix_command=commands[error.fix_command] if error.fix_command else None,
+        suggestion=error.suggestion,
+        recovery_intent=error.recovery_intent,
+        rule_id=rule.id,
+        from_default_rule=rule.is_default,
+    )
+
+
+def clean_text(value: str, limit: int) -> str:
+    """Untrusted text made safe to show: control/format characters out, spaces folded, cut."""
+    text: str = _SPACES.sub(" ", _CONTROL.sub(" ", value)).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def upstream_message(obs: Observation, message_paths: tuple[str, ...]) -> str:
+    """The upstream's own message at the first configured JSON path holding a string."""
+    body = obs.json
+    if isinstance(body, dict):
+        for path in message_paths:
+            value = json_path_get(body, split_json_path(path))
+            if isinstance(value, str) and value.strip():
+                return str(value)
+    if obs.transport is not None:
+        return _TRANSPORT_MESSAGES[obs.transport.value]
+    if obs.status is not None:
+        try:
+            return HTTPStatus(obs.status).phrase
+        except ValueError:
+            return f"HTTP {obs.status}"
+    return "Request failed"
+
+
+_TRANSPORT_MESSAGES = {
+    "connect_refused": "The upstream refused the connection",
+    "connect_timeout": "Connecting to the upstream timed out",
+    "dns_failure": "The upstream host name could not be resolved",
+    "read_timeout": "The upstream did not answer in time",
+    "reset": "The upstream closed the connection before answering",
+    "invalid_response": "The upstream sent an invalid HTTP response",
+}
+
+
+def _may_repeat_side_effect(rule: CompiledRule, obs: Observation) -> bool:
+    """A non-idempotent request that may have reached the upstream is never retryable."""
+    if obs.idempotent or rule.error.side_effect_free:
+        return False
+    return obs.transport is None or not obs.transport.request_unsent
+
+
+def _retry_after_ms(spec: int | RetryAfterSpec | None, obs: Observation) -> int | None:
+    if spec is None or isinstance(spec, int):
+        return spec
+    found: float | None = None
+    if spec.header is not None:
+        found = parse_retry_after(obs.headers.get(spec.header))
+    if found is None and spec.json_ is not None:
+        value = json_path_get(obs.json, split_json_path(spec.json_))
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            found = value * 1000 if spec.unit == "s" else value
+    if found is None:
+        return spec.default
+    return min(math.ceil(found), MAX_RETRY_AFTER_MS)
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """`Retry-After` as milliseconds: delay-seconds or an HTTP-date; None if unparseable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value) * 1000.0
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    delta = when.timestamp() - (time.time() if now is None else now)
+    return max(delta, 0.0) * 1000.0
+
+
+__all__ = ["build_failure", "clean_text", "parse_retry_after", "upstream_message"]

@@ -1,0 +1,133 @@
+"""One rule compiled into cheap matchers, and its test against an `Observation`.
+
+Patterns are compiled once at load; a match returns the named captures that fill the rule's
+templates. Regexes run with a timeout on input already capped by the proxy, so a
+pathological pattern or body costs a bounded amount of time and simply does not match.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.classify.observation import Observation, json_path_get, split_json_path
+from gateway.config.loader import SourcedRule
+from gateway.config.models import ErrorSpec
+from gateway.config.patterns import Pattern, compile_glob, compile_regex, parse_status
+from gateway.failure import TransportKind
+
+log = logging.getLogger("mendpoint.classify")
+
+Captures = dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    id: str
+    order: int
+    is_default: bool
+    origin: str
+    error: ErrorSpec
+    statuses: tuple[tuple[int, int], ...] | None
+    transports: frozenset[TransportKind] | None
+    is_mcp: bool
+    routes: frozenset[str] | None
+    methods: frozenset[str] | None
+    path: Pattern | None
+    headers: tuple[tuple[str, Pattern], ...]
+    json_path: tuple[str | int, ...] | None
+    json_regex: Pattern | None
+    json_equals: Any
+    body: Pattern | None
+    tool: Pattern | None
+    jsonrpc_code: int | None
+
+    def matches(self, obs: Observation, regex_timeout_s: float) -> Captures | None:
+        """Named captures when every condition holds, else None."""
+        if self.routes is not None and obs.route not in self.routes:
+            return None
+        if self.methods is not None and obs.method not in self.methods:
+            return None
+        if self.path is not None and not self.path.match(obs.path):
+            return None
+        if self.tool is not None and (obs.tool is None or not self.tool.match(obs.tool)):
+            return None
+        if self.jsonrpc_code is not None and obs.jsonrpc_code != self.jsonrpc_code:
+            return None
+        for name, pattern in self.headers:
+            value = obs.headers.get(name)
+            if value is None or _search(pattern, value, regex_timeout_s, self.id) is None:
+                return None
+        captures: Captures = {}
+        if self.json_path is not None and not self._json_matches(obs, regex_timeout_s, captures):
+            return None
+        if self.body is not None:
+            text = obs.text
+            found = None if text is None else _search(self.body, text, regex_timeout_s, self.id)
+            if found is None:
+                return None
+            captures.update(_named(found))
+        return captures
+
+    def _json_matches(self, obs: Observation, timeout: float, captures: Captures) -> bool:
+        assert self.json_path is not None
+        value = json_path_get(obs.json, self.json_path)
+        if value is None:
+            return False
+        if self.json_equals is not None and value != self.json_equals:
+            return False
+        if self.json_regex is not None:
+            text = value if isinstance(value, str) else _scalar_text(value)
+            found = None if text is None else _search(self.json_regex, text, timeout, self.id)
+            if found is None:
+                return False
+            captures.update(_named(found))
+        return True
+
+
+def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
+    """Compile a validated rule; validation has already proven every pattern compiles."""
+    spec, match = sourced.spec, sourced.spec.match
+    json_spec = match.json_
+    return CompiledRule(
+        id=spec.id,
+        order=order,
+        is_default=sourced.is_default,
+        origin=f"{sourced.source.file}:{sourced.source.line}",
+        error=spec.error,
+        statuses=tuple(parse_status(s) for s in match.status) if match.status else None,
+        transports=frozenset(match.transport) if match.transport is not None else None,
+        is_mcp=match.mcp is not None,
+        routes=frozenset(match.routes) if match.routes is not None else None,
+        methods=frozenset(match.methods) if match.methods is not None else None,
+        path=compile_glob(match.path) if match.path is not None else None,
+        headers=tuple((n, compile_regex(p)) for n, p in (match.headers or {}).items()),
+        json_path=split_json_path(json_spec.path) if json_spec else None,
+        json_regex=compile_regex(json_spec.regex) if json_spec and json_spec.regex else None,
+        json_equals=json_spec.equals if json_spec else None,
+        body=compile_regex(match.body) if match.body is not None else None,
+        tool=compile_glob(match.mcp.tool, "") if match.mcp and match.mcp.tool else None,
+        jsonrpc_code=match.mcp.jsonrpc_code if match.mcp else None,
+    )
+
+
+def _search(pattern: Pattern, text: str, timeout: float, rule_id: str) -> Any:
+    try:
+        return pattern.search(text, timeout=timeout)
+    except TimeoutError:
+        log.warning("regex of rule %s timed out after %.0f ms; treated as no match",
+                    rule_id, timeout * 1000)
+        return None
+
+
+def _named(found: Any) -> Captures:
+    return {k: v for k, v in found.groupdict().items() if v is not None}
+
+
+def _scalar_text(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return None

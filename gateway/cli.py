@@ -1,0 +1,198 @@
+"""The `mendpoint` command: serve, check, explain, test.
+
+Every config problem is printed as `FILE:LINE: field: what is wrong` and exits with status 1;
+no input, however bad, produces a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from multidict import CIMultiDict
+
+from gateway import __version__
+from gateway.app import UnsafeRuntime, serve_forever
+from gateway.config.errors import ConfigError
+from gateway.config.loader import LoadedConfig, builtin_text, embedded_config, load_config
+from gateway.config.models import parse_host_port
+from gateway.explain import Sample, SampleError, explain
+from gateway.failure import Mode, TransportKind
+from gateway.fixtures import load_fixtures, run_fixtures
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        result: int = args.run(args)
+        return result
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_INVALID
+    except (UnsafeRuntime, SampleError, OSError) as exc:
+        print(f"mendpoint: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mendpoint", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"mendpoint {__version__}")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    _config_source(serve)
+    serve.add_argument("--listen", help="HOST:PORT to listen on (overrides the config)")
+    serve.set_defaults(run=_serve)
+
+    check = sub.add_parser("check", help="validate a config and every rule pack it includes")
+    check.add_argument("--config", required=True)
+    check.set_defaults(run=_check)
+
+    exp = sub.add_parser("explain", help="show which rule matches a sample and what it renders")
+    _config_source(exp)
+    exp.add_argument("--status", type=int, help="the upstream status")
+    exp.add_argument("--transport", choices=[k.value for k in TransportKind],
+                     help="a transport fault instead of a status")
+    exp.add_argument("--body", help="file holding the upstream body ('-' for stdin)")
+    exp.add_argument("--method", default="GET")
+    exp.add_argument("--path", default="/")
+    exp.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
+                     help="an upstream response header (repeatable)")
+    exp.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ENVELOPE.value)
+    exp.set_defaults(run=_explain)
+
+    test = sub.add_parser("test", help="run rule fixture files against a config")
+    _config_source(test)
+    test.add_argument("fixtures", nargs="+", help="fixture files (or builtin:NAME)")
+    test.set_defaults(run=_test)
+    return parser
+
+
+def _config_source(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--config", help="gateway config file (SPEC §5.1)")
+    group.add_argument("--upstream", help="run the embedded default in front of this URL")
+
+
+def _load(args: argparse.Namespace) -> LoadedConfig:
+    if getattr(args, "config", None):
+        return load_config(args.config)
+    upstream = getattr(args, "upstream", None) or "http://127.0.0.1:9000"
+    listen = getattr(args, "listen", None) or "127.0.0.1:8080"
+    return embedded_config(upstream, listen)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if not args.config and not args.upstream:
+        print("mendpoint serve: give --config FILE or --upstream URL", file=sys.stderr)
+        return EXIT_USAGE
+    if args.listen:
+        try:
+            parse_host_port(args.listen)
+        except ValueError as exc:
+            print(f"mendpoint serve: --listen: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    loaded = _load(args)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_forever(loaded, args.listen))
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    loaded = load_config(args.config)
+    defaults = sum(1 for r in loaded.rules if r.is_default)
+    print(
+        f"{args.config}: OK — {len(loaded.config.routes)} route(s), "
+        f"{len(loaded.rules)} rule(s) ({defaults} from shipped defaults), "
+        f"{len(loaded.commands)} command(s), {len(loaded.skills)} skill(s)"
+    )
+    return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    if (args.status is None) == (args.transport is None):
+        print("mendpoint explain: give exactly one of --status or --transport", file=sys.stderr)
+        return EXIT_USAGE
+    headers: CIMultiDict[str] = CIMultiDict()
+    for item in args.header:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            print(f"mendpoint explain: --header {item!r} must be NAME:VALUE", file=sys.stderr)
+            return EXIT_USAGE
+        headers.add(name.strip(), value.strip())
+    body = b""
+    if args.body == "-":
+        body = sys.stdin.buffer.read()
+    elif args.body:
+        with open(args.body, "rb") as handle:
+            body = handle.read()
+    sample = Sample(
+        method=args.method.upper(), path=args.path, status=args.status, headers=headers,
+        body=body, transport=TransportKind(args.transport) if args.transport else None,
+    )
+    result = explain(_load(args), sample, Mode(args.mode))
+    if result.verdict is None:
+        print(f"route: {result.route}\nno rule matched: the response would pass through")
+        return EXIT_OK
+    rule = result.verdict.rule
+    print(f"route: {result.route}")
+    print(f"rule:  {rule.id} ({rule.origin}{', shipped default' if rule.is_default else ''})")
+    rendering = result.rendering
+    if rendering is not None:
+        for name, value in rendering.headers:
+            print(f"header: {name}: {value}")
+        if rendering.body is not None:
+            print(json.dumps(json.loads(rendering.body), indent=2, ensure_ascii=False)
+                  if rendering.content_type != "text/plain; charset=utf-8"
+                  and _is_json(rendering.body) else rendering.body.decode())
+        else:
+            print("body: unchanged (the upstream's bytes)")
+    return EXIT_OK
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
+
+
+def _test(args: argparse.Namespace) -> int:
+    loaded = _load(args)
+    failed = passed = 0
+    for path in args.fixtures:
+        if path.startswith("builtin:"):
+            text = builtin_text(f"fixtures/{path.removeprefix('builtin:')}")
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        for result in run_fixtures(loaded, load_fixtures(text, path)):
+            if result.passed:
+                passed += 1
+                continue
+            failed += 1
+            print(f"FAIL {path}: {result.name}")
+            for mismatch in result.mismatches:
+                print(f"    {mismatch}")
+    print(f"{passed} passed, {failed} failed")
+    return EXIT_OK if failed == 0 else EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())

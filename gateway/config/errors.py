@@ -1,0 +1,36 @@
+"""The one exception every config loader failure becomes.
+
+A user fixing a config wants every problem at once, each pointing at a file and a line, so a
+`ConfigError` carries a list of `Problem`s instead of stopping at the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a config file, located as precisely as the loader can."""
+
+    file: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+
+class ConfigError(Exception):
+    """Raised for any invalid config or rule pack; `str()` is one `FILE:LINE: field: …` per line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+    @classmethod
+    def single(cls, file: str, line: int | None, field: str, message: str) -> ConfigError:
+        return cls([Problem(file, line, field, message)])

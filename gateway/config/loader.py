@@ -1,0 +1,291 @@
+"""Loading a gateway config and its rule packs into one validated `LoadedConfig`.
+
+Takes a config path (or just an upstream URL for the embedded default) and returns every
+rule in match order, the merged command registry and the catalog, each rule remembering its
+file and line. Any problem anywhere becomes one `ConfigError` listing all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from gateway.config.errors import ConfigError, Problem
+from gateway.config.models import (
+    CommandSpec,
+    GatewayConfig,
+    PolicySpec,
+    RouteSpec,
+    RulePack,
+    RuleSpec,
+    SkillSpec,
+)
+from gateway.config.validate import validate_loaded
+from gateway.config.yamlsrc import YamlDoc, parse_yaml
+
+BUILTIN_PREFIX = "builtin:"
+DEFAULT_PACKS = ("http-defaults",)
+MAX_FILE_BYTES = 8 << 20
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Sourced:
+    """Where a rule, command or skill was written: file, line and its path in that file."""
+
+    file: str
+    line: int | None
+    path: tuple[str | int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SourcedRule:
+    spec: RuleSpec
+    source: Sourced
+    is_default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SourcedCommand:
+    spec: CommandSpec
+    source: Sourced
+
+
+@dataclass(slots=True)
+class LoadedConfig:
+    """A fully validated config: what the classifier and the app are built from."""
+
+    config: GatewayConfig
+    source: str
+    rules: list[SourcedRule] = field(default_factory=list)
+    commands: dict[str, SourcedCommand] = field(default_factory=dict)
+    companions: list[str] | None = None
+    skills: list[SkillSpec] = field(default_factory=list)
+    policies: list[PolicySpec] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    docs: dict[str, YamlDoc] = field(default_factory=dict)
+
+    def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
+        """The line of a field inside a sourced item, for error messages."""
+        doc = self.docs.get(source.file)
+        return doc.line_of((*source.path, *subpath)) if doc is not None else source.line
+
+
+def load_config(path: str) -> LoadedConfig:
+    """Load and validate a config file and everything it includes."""
+    doc = _read_yaml(path)
+    config = validate_model(GatewayConfig, doc)
+    return _assemble(config, doc, os.path.dirname(os.path.abspath(path)))
+
+
+def embedded_config(upstream: str, listen: str = "127.0.0.1:8080") -> LoadedConfig:
+    """The no-file default: one route `/` to `upstream`, shipped rules, mode additive."""
+    data: dict[str, Any] = {
+        "listen": listen,
+        "routes": [{"name": "default", "prefix": "/", "upstream": upstream}],
+    }
+    doc = YamlDoc(file="<command line>", data=data)
+    config = validate_model(GatewayConfig, doc)
+    return _assemble(config, doc, os.getcwd())
+
+
+def builtin_names() -> list[str]:
+    """Names usable as `builtin:NAME`, from the packaged `mappings/` directory."""
+    root = resources.files("gateway.mappings")
+    return sorted(
+        entry.name.removesuffix(".yaml")
+        for entry in root.iterdir()
+        if entry.name.endswith(".yaml") and entry.is_file()
+    )
+
+
+def builtin_text(name: str) -> str:
+    return resources.files("gateway.mappings").joinpath(f"{name}.yaml").read_text("utf-8")
+
+
+def _assemble(config: GatewayConfig, doc: YamlDoc, base_dir: str) -> LoadedConfig:
+    loaded = LoadedConfig(config=config, source=doc.file, companions=config.companions)
+    if doc.file != "<command line>":
+        loaded.files.append(os.path.abspath(doc.file))
+    problems: list[Problem] = []
+    own = RulePack(
+        rules=config.rules,
+        commands=config.commands,
+        skills=config.skills,
+        policies=config.policies,
+    )
+    _add_pack(loaded, own, doc, problems, is_default=False)
+    defaults: list[tuple[RulePack, YamlDoc]] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(config.include):
+        line = doc.line_of(("include", index))
+        name = _builtin_name(entry)
+        if entry in seen:
+            problems.append(Problem(doc.file, line, f"include[{index}]", "listed twice"))
+            continue
+        seen.add(entry)
+        if name is not None and name not in builtin_names():
+            known = ", ".join(BUILTIN_PREFIX + n for n in builtin_names())
+            message = f"unknown pack {entry!r}; the builtin packs are {known}"
+            problems.append(Problem(doc.file, line, f"include[{index}]", message))
+            continue
+        try:
+            pack, pack_doc = _load_pack(entry, base_dir, loaded)
+        except ConfigError as exc:
+            problems.extend(_relocate(exc.problems, doc.file, line, index))
+            continue
+        if name in DEFAULT_PACKS:
+            defaults.append((pack, pack_doc))
+        else:
+            _add_pack(loaded, pack, pack_doc, problems, is_default=False)
+    if config.defaults:
+        listed = {_builtin_name(e) for e in config.include}
+        for name in DEFAULT_PACKS:
+            if name not in listed:
+                defaults.append(_load_pack(BUILTIN_PREFIX + name, base_dir, loaded))
+    for pack, pack_doc in defaults:
+        _add_pack(loaded, pack, pack_doc, problems, is_default=True)
+    if not problems:
+        problems.extend(validate_loaded(loaded))
+    if problems:
+        raise ConfigError(problems)
+    return loaded
+
+
+def _relocate(problems: list[Problem], file: str, line: int | None, index: int) -> list[Problem]:
+    """A pack that cannot be opened is reported at the `include:` line that names it."""
+    return [
+        Problem(file, line, f"include[{index}]", f"{p.file}: {p.message}")
+        if p.line is None and not p.field
+        else p
+        for p in problems
+    ]
+
+
+def _load_pack(entry: str, base_dir: str, loaded: LoadedConfig) -> tuple[RulePack, YamlDoc]:
+    name = _builtin_name(entry)
+    if name is not None:
+        doc = parse_yaml(builtin_text(name), f"{BUILTIN_PREFIX}{name}")
+    else:
+        path = entry if os.path.isabs(entry) else os.path.join(base_dir, entry)
+        doc = _read_yaml(path)
+        loaded.files.append(os.path.abspath(path))
+    loaded.docs[doc.file] = doc
+    return validate_model(RulePack, doc), doc
+
+
+def _builtin_name(entry: str) -> str | None:
+    return entry[len(BUILTIN_PREFIX):] if entry.startswith(BUILTIN_PREFIX) else None
+
+
+def _add_pack(
+    loaded: LoadedConfig,
+    pack: RulePack,
+    doc: YamlDoc,
+    problems: list[Problem],
+    *,
+    is_default: bool,
+) -> None:
+    loaded.docs[doc.file] = doc
+    for index, rule in enumerate(pack.rules):
+        rule_path: tuple[str | int, ...] = ("rules", index)
+        source = Sourced(doc.file, doc.line_of(rule_path), rule_path)
+        loaded.rules.append(SourcedRule(rule, source, is_default))
+    for command_id, command in pack.commands.items():
+        path: tuple[str | int, ...] = ("commands", command_id)
+        source = Sourced(doc.file, doc.line_of(path), path)
+        if command_id in loaded.commands:
+            first = loaded.commands[command_id].source
+            message = f"command id already defined at {first.file}:{first.line}"
+            problems.append(Problem(doc.file, source.line, f"commands.{command_id}", message))
+            continue
+        loaded.commands[command_id] = SourcedCommand(command, source)
+    if pack.companions is not None:
+        loaded.companions = sorted({*(loaded.companions or []), *pack.companions})
+    loaded.skills.extend(pack.skills)
+    loaded.policies.extend(pack.policies)
+
+
+def _read_yaml(path: str) -> YamlDoc:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError.single(path, None, "", _os_message(exc)) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError.single(path, None, "", f"file is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError.single(path, None, "", f"not UTF-8 text ({exc.reason})") from None
+    return parse_yaml(text, path)
+
+
+def validate_model(model: type[M], doc: YamlDoc) -> M:
+    if not isinstance(doc.data, dict):
+        raise ConfigError.single(doc.file, doc.line_of(()), "", "the top level must be a mapping")
+    try:
+        return model.model_validate(doc.data)
+    except ValidationError as exc:
+        raise ConfigError(_problems_from(exc, doc)) from None
+
+
+def _problems_from(exc: ValidationError, doc: YamlDoc) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[tuple[int | None, str, str]] = set()
+    for error in exc.errors(include_url=False):
+        path = _data_path(doc.data, error["loc"], error["type"] == "missing")
+        field = _field_name(path)
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; see the config reference)"
+        key = (doc.line_of(path), field, message)
+        if key not in seen:
+            seen.add(key)
+            problems.append(Problem(doc.file, doc.line_of(path), field, message))
+    return problems
+
+
+def _data_path(data: Any, loc: tuple[int | str, ...], missing: bool) -> tuple[str | int, ...]:
+    """Keep the `loc` segments that exist in the data, dropping pydantic's union-member tags."""
+    path: list[str | int] = []
+    current = data
+    for index, segment in enumerate(loc):
+        present = (isinstance(current, dict) and segment in current) or (
+            isinstance(current, list) and isinstance(segment, int) and segment < len(current)
+        )
+        if present:
+            current = current[segment]
+            path.append(segment)
+        elif missing and index == len(loc) - 1:
+            path.append(segment)
+    return tuple(path)
+
+
+def _field_name(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for segment in path:
+        out += f"[{segment}]" if isinstance(segment, int) else (f".{segment}" if out else segment)
+    return out
+
+
+def _os_message(exc: OSError) -> str:
+    return f"cannot read: {exc.strerror or exc}"
+
+
+__all__ = [
+    "ConfigError",
+    "LoadedConfig",
+    "RouteSpec",
+    "Sourced",
+    "SourcedCommand",
+    "SourcedRule",
+    "builtin_names",
+    "embedded_config",
+    "load_config",
+]

@@ -1,0 +1,298 @@
+"""Pydantic models of the config file and rule packs: the shape users write (SPEC §5, §5.1, §6).
+
+Only shape and local value checks live here; checks that need the whole config (registry
+references, duplicate ids, class invariants with file and line) live in `validate.py`.
+Every model forbids unknown keys so a typo is an error, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gateway.failure import Category, Mode, TransportKind
+
+_CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
+_INTENT = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+HTTP_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CommandSpec(Strict):
+    """A registry entry: the only place a `fix_command` string can come from."""
+
+    run: str = Field(min_length=1, max_length=500)
+    idempotent: bool = False
+    destructive: bool = False
+    description: str | None = None
+
+
+class JsonMatch(Strict):
+    path: str = Field(min_length=1)
+    regex: str | None = None
+    equals: str | int | float | bool | None = None
+
+
+class McpMatch(Strict):
+    tool: str | None = None
+    jsonrpc_code: int | None = None
+
+
+StatusSpec = int | str
+
+
+class MatchSpec(Strict):
+    """Conditions a failure must meet; all given conditions must hold."""
+
+    routes: list[str] | None = None
+    methods: list[str] | None = None
+    status: list[StatusSpec] | None = None
+    path: str | None = None
+    headers: dict[str, str] | None = None
+    json_: JsonMatch | None = Field(default=None, alias="json")
+    body: str | None = None
+    mcp: McpMatch | None = None
+    transport: list[TransportKind] | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        upper = [m.upper() for m in value]
+        unknown = sorted(set(upper) - HTTP_METHODS)
+        if unknown:
+            raise ValueError(f"unknown HTTP method(s) {unknown}")
+        return upper
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        for name in value:
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid header name")
+        return {name.lower(): pattern for name, pattern in value.items()}
+
+
+class RetryAfterSpec(Strict):
+    """Where to find the retry delay; the first source present wins, then `default`."""
+
+    header: str | None = None
+    json_: str | None = Field(default=None, alias="json")
+    unit: Literal["s", "ms"] = "s"
+    default: int | None = Field(default=None, ge=0)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ErrorSpec(Strict):
+    """What a matching rule produces: the ladder fields of SPEC §1."""
+
+    code: str
+    category: Category
+    message: str | None = Field(default=None, max_length=1000)
+    retryable: bool = False
+    fix_required: str | None = Field(default=None, max_length=1000)
+    fix_command: str | None = None
+    retry_after_ms: int | RetryAfterSpec | None = None
+    suggestion: str | None = Field(default=None, max_length=1000)
+    recovery_intent: str | None = None
+    side_effect_free: bool = False
+
+    @field_validator("code")
+    @classmethod
+    def _upper_snake(cls, value: str) -> str:
+        if not _CODE.match(value) or len(value) > 64:
+            raise ValueError(f"{value!r} must be an UPPER_SNAKE constant of at most 64 characters")
+        return value
+
+    @field_validator("recovery_intent")
+    @classmethod
+    def _intent_name(cls, value: str | None) -> str | None:
+        if value is not None and not _INTENT.match(value):
+            raise ValueError(
+                f"{value!r} must be a lower-case identifier (letters, digits, '_', '.', '-')"
+            )
+        return value
+
+    @field_validator("retry_after_ms")
+    @classmethod
+    def _non_negative(cls, value: int | RetryAfterSpec | None) -> int | RetryAfterSpec | None:
+        if isinstance(value, int) and value < 0:
+            raise ValueError("must be zero or more")
+        return value
+
+
+class RuleSpec(Strict):
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$")
+    description: str | None = None
+    match: MatchSpec
+    error: ErrorSpec
+
+
+class RulePack(Strict):
+    """One `mappings/*.yaml` file. `skills`/`policies` are the recovery catalog (SPEC §6.1)."""
+
+    rules: list[RuleSpec] = Field(default_factory=list)
+    commands: dict[str, CommandSpec] = Field(default_factory=dict)
+    companions: list[str] | None = None
+    skills: list[SkillSpec] = Field(default_factory=list)
+    policies: list[PolicySpec] = Field(default_factory=list)
+
+
+class SkillSpec(Strict):
+    """A recovery skill that declares which repair intents it serves."""
+
+    name: str = Field(min_length=1, max_length=128)
+    version: str = Field(min_length=1, max_length=64)
+    recovers: list[str] = Field(min_length=1)
+    repair: Literal["inspect", "prepare", "normalize", "sanitize", "decompose", "enrich", "reauth"]
+    purpose: str = Field(min_length=1, max_length=1000)
+    scopes: list[str] = Field(default_factory=list)
+    priority: int = 100
+
+
+class PolicyAllow(Strict):
+    intent: str
+    skills: list[str] = Field(min_length=1)
+
+
+class PolicySpec(Strict):
+    allow: PolicyAllow
+
+
+class RolloutSpec(Strict):
+    percent: Annotated[float, Field(ge=0, le=100)] = 100
+    by: Literal["caller", "request"] = "caller"
+
+
+DEFAULT_IDEMPOTENT = ["GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"]
+
+
+class RouteSpec(Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    prefix: str = Field(default="/", pattern=r"^/")
+    upstream: str
+    type: Literal["http", "mcp"] = "http"
+    mode: Mode = Mode.ADDITIVE
+    client_override: bool = True
+    operation: str | None = Field(default=None, max_length=128)
+    idempotent_methods: list[str] = Field(default_factory=lambda: list(DEFAULT_IDEMPOTENT))
+    rollout: RolloutSpec | None = None
+    preserve_host: bool = False
+    strip_prefix: bool = False
+
+    @field_validator("upstream")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", value):
+            raise ValueError(f"{value!r} must be an http:// or https:// URL with a host")
+        return value.rstrip("/")
+
+    @field_validator("idempotent_methods")
+    @classmethod
+    def _methods(cls, value: list[str]) -> list[str]:
+        upper = [m.upper() for m in value]
+        unknown = sorted(set(upper) - HTTP_METHODS)
+        if unknown:
+            raise ValueError(f"unknown HTTP method(s) {unknown}")
+        return upper
+
+
+class CallerKey(Strict):
+    name: str
+    key: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    scopes: list[str] = Field(default_factory=list)
+
+
+class CallersSpec(Strict):
+    header: str = "X-Api-Key"
+    keys: list[CallerKey] = Field(default_factory=list)
+
+
+class ResolverSpec(Strict):
+    budget_ms: int = Field(default=50, ge=1, le=10_000)
+    max_options: int = Field(default=3, ge=0, le=20)
+    url: str | None = None
+
+
+class LimitsSpec(Strict):
+    """Resource bounds; every default is safe for an internet-facing sidecar."""
+
+    error_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
+    connect_timeout_s: float = Field(default=5, gt=0, le=600)
+    read_timeout_s: float = Field(default=60, gt=0, le=3600)
+    total_timeout_s: float | None = Field(default=None, gt=0)
+    max_request_body_bytes: int = Field(default=64 << 20, ge=0)
+    request_body_timeout_s: float = Field(default=30, gt=0, le=3600)
+    max_line_bytes: int = Field(default=8190, ge=256, le=1 << 20)
+    max_header_bytes: int = Field(default=8190, ge=256, le=1 << 20)
+    max_headers: int = Field(default=100, ge=8, le=1000)
+    keepalive_timeout_s: float = Field(default=15, gt=0, le=3600)
+    max_upstream_connections: int = Field(default=256, ge=1)
+    max_client_connections: int = Field(default=4096, ge=1)
+    regex_timeout_ms: int = Field(default=50, ge=1, le=10_000)
+
+
+class HeadersSpec(Strict):
+    prefix: str = Field(default="X-Error-", pattern=r"^[A-Za-z0-9\-]+$")
+
+
+class GatewayConfig(Strict):
+    """The `mendpoint serve --config` file (SPEC §5.1)."""
+
+    listen: str = "127.0.0.1:8080"
+    admin: str | None = None
+    include: list[str] = Field(default_factory=list)
+    defaults: bool = True
+    routes: list[RouteSpec] = Field(min_length=1)
+    callers: CallersSpec | None = None
+    resolver: ResolverSpec = Field(default_factory=ResolverSpec)
+    enrich_budget_ms: int = Field(default=200, ge=1, le=60_000)
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    headers: HeadersSpec = Field(default_factory=HeadersSpec)
+    message_paths: list[str] = Field(
+        default_factory=lambda: [
+            "error.message",
+            "message",
+            "detail",
+            "error_description",
+            "title",
+            "error",
+        ]
+    )
+    rules: list[RuleSpec] = Field(default_factory=list)
+    commands: dict[str, CommandSpec] = Field(default_factory=dict)
+    companions: list[str] | None = None
+    skills: list[SkillSpec] = Field(default_factory=list)
+    policies: list[PolicySpec] = Field(default_factory=list)
+
+    @field_validator("listen", "admin")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_host_port(value)
+        return value
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 in brackets) → (host, port); ValueError with a readable message."""
+    match = re.match(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.\-]+):(\d{1,5})$", value)
+    if not match or not 0 <= int(match.group(2)) <= 65535:
+        raise ValueError(f"{value!r} must be HOST:PORT (e.g. 127.0.0.1:8080)")
+    return match.group(1).strip("[]"), int(match.group(2))
+
+
+RulePack.model_rebuild()

@@ -1,0 +1,80 @@
+"""Compiling the small languages inside rules: regexes, path globs and status specs.
+
+Validation and classification both need these compiled; the cache means each pattern is
+compiled once per process however many rules or reloads share it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import regex
+
+Pattern = Any  # regex.Pattern; the regex module ships no type stubs
+
+
+@functools.lru_cache(maxsize=65536)
+def compile_regex(pattern: str) -> Pattern:
+    """Compile with the `regex` module (which supports match timeouts); raises `regex.error`."""
+    return regex.compile(pattern)
+
+
+@functools.lru_cache(maxsize=16384)
+def compile_glob(glob: str, separator: str = "/") -> Pattern:
+    """Translate a glob: `**` spans separators, `*` and `?` do not; everything else literal.
+
+    With an empty `separator` (tool names), `*` spans everything.
+    """
+    sep = regex.escape(separator) if separator else ""
+    star, one = (f"[^{sep}]*", f"[^{sep}]") if sep else (".*", ".")
+    out: list[str] = []
+    i = 0
+    while i < len(glob):
+        char = glob[i]
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif char == "*":
+            out.append(star)
+            i += 1
+        elif char == "?":
+            out.append(one)
+            i += 1
+        else:
+            out.append(regex.escape(char))
+            i += 1
+    return regex.compile("".join(out) + r"\Z", regex.DOTALL)
+
+
+def parse_status(spec: int | str) -> tuple[int, int]:
+    """`404` → (404, 404); `"5xx"` → (500, 599); `"500-504"` → (500, 504). ValueError if bad."""
+    if isinstance(spec, bool):
+        raise ValueError(f"{spec!r} is not a status")
+    if isinstance(spec, int):
+        low = high = spec
+    else:
+        text = spec.strip().lower()
+        if len(text) == 3 and text.endswith("xx") and text[0].isdigit():
+            low, high = int(text[0]) * 100, int(text[0]) * 100 + 99
+        elif "-" in text:
+            left, _, right = text.partition("-")
+            if not (left.strip().isdigit() and right.strip().isdigit()):
+                raise ValueError(f"{spec!r} is not a status, 'Nxx' class or 'LOW-HIGH' range")
+            low, high = int(left), int(right)
+        elif text.isdigit():
+            low = high = int(text)
+        else:
+            raise ValueError(f"{spec!r} is not a status, 'Nxx' class or 'LOW-HIGH' range")
+    if not (100 <= low <= high <= 599):
+        raise ValueError(f"{spec!r} must lie within 100-599 with LOW <= HIGH")
+    return low, high
+
+
+def placeholders(template: str) -> set[str]:
+    """The `{name}` placeholders of a message template (`{{` and `}}` are literal braces)."""
+    names: set[str] = set()
+    for match in regex.finditer(r"\{\{|\}\}|\{([^{}]*)\}", template):
+        if match.group(1) is not None:
+            names.add(match.group(1))
+    return names

@@ -1,0 +1,166 @@
+"""Whole-config checks that a single pydantic model cannot make.
+
+Takes a `LoadedConfig` whose files each parsed and returns every `Problem`, located by file
+and line: registry references and command safety, the class invariants of SPEC §1, regexes
+that do not compile, placeholders with no capture to fill them, duplicate ids, route names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import regex
+
+from gateway.config.errors import Problem
+from gateway.config.models import RuleSpec
+from gateway.config.patterns import compile_regex, parse_status, placeholders
+from gateway.config.registry import command_problems
+
+if TYPE_CHECKING:
+    from gateway.config.loader import LoadedConfig, Sourced
+
+NON_IDEMPOTENT = frozenset({"POST", "PATCH"})
+BUILTIN_PLACEHOLDERS = frozenset({"status", "method", "path"})
+
+
+def validate_loaded(loaded: LoadedConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    problems.extend(_route_problems(loaded))
+    problems.extend(_command_problems(loaded))
+    route_names = {route.name for route in loaded.config.routes}
+    first_seen: dict[str, Sourced] = {}
+    for rule in loaded.rules:
+        def report(
+            field: tuple[str | int, ...], message: str, source: Sourced = rule.source
+        ) -> None:
+            dotted = f"rules[{source.path[1]}]" + "".join(
+                f"[{p}]" if isinstance(p, int) else f".{p}" for p in field
+            )
+            problems.append(Problem(source.file, loaded.line_of(source, *field), dotted, message))
+
+        previous = first_seen.setdefault(rule.spec.id, rule.source)
+        if previous is not rule.source:
+            report(("id",), f"duplicate rule id {rule.spec.id!r} (first at "
+                   f"{previous.file}:{previous.line})")
+        for field, message in rule_problems(rule.spec, set(loaded.commands), route_names):
+            report(field, message)
+    return problems
+
+
+def _route_problems(loaded: LoadedConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    doc = loaded.docs.get(loaded.source)
+    names: set[str] = set()
+    prefixes: set[str] = set()
+    for index, route in enumerate(loaded.config.routes):
+        line = doc.line_of(("routes", index)) if doc else None
+        if route.name in names:
+            problems.append(Problem(loaded.source, line, f"routes[{index}].name",
+                                    f"duplicate route name {route.name!r}"))
+        if route.prefix in prefixes:
+            problems.append(Problem(loaded.source, line, f"routes[{index}].prefix",
+                                    f"another route already has prefix {route.prefix!r}"))
+        names.add(route.name)
+        prefixes.add(route.prefix)
+    return problems
+
+
+def _command_problems(loaded: LoadedConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    for command_id, command in loaded.commands.items():
+        line = loaded.line_of(command.source, "run")
+        for message in command_problems(command_id, command.spec, loaded.companions):
+            problems.append(Problem(command.source.file, line, f"commands.{command_id}", message))
+    return problems
+
+
+def rule_problems(
+    rule: RuleSpec, command_ids: set[str], route_names: set[str]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every problem of one rule, as (field path inside the rule, message)."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    match, error = rule.match, rule.error
+    captures: set[str] = set(BUILTIN_PLACEHOLDERS)
+    for field, pattern in _regexes(rule):
+        try:
+            captures.update(compile_regex(pattern).groupindex)
+        except regex.error as exc:
+            out.append((field, f"invalid regex {pattern!r}: {exc}"))
+    for index, status in enumerate(match.status or []):
+        try:
+            parse_status(status)
+        except ValueError as exc:
+            out.append((("match", "status", index), str(exc)))
+    if match.transport is not None and (match.status or match.json_ or match.body or match.mcp):
+        out.append((("match", "transport"), "a transport rule matches failures with no response:"
+                    " it cannot also match status, body, json or mcp"))
+    if match.json_ is not None and match.body is not None:
+        out.append((("match", "body"), "give either body or json, not both"))
+    for index, name in enumerate(match.routes or []):
+        if name not in route_names:
+            out.append((("match", "routes", index), f"no route is named {name!r}"))
+    for field_name in ("message", "fix_required"):
+        template = getattr(error, field_name)
+        if template is None:
+            continue
+        try:
+            names = placeholders(template)
+        except ValueError as exc:
+            out.append((("error", field_name), str(exc)))
+            continue
+        missing = sorted(names - captures)
+        if missing:
+            out.append((("error", field_name), f"placeholder(s) {missing} match no named capture "
+                        f"of this rule's regexes (or status, method, path)"))
+    out.extend(_class_problems(rule))
+    if error.fix_command is not None and error.fix_command not in command_ids:
+        known = ", ".join(sorted(command_ids)) or "none"
+        out.append((("error", "fix_command"), f"{error.fix_command!r} is not a registry id "
+                    f"(commands: {known}); fix_command names a `commands:` entry, never a "
+                    f"command line"))
+    return out
+
+
+def _regexes(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    match = rule.match
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    if match.body is not None:
+        found.append((("match", "body"), match.body))
+    if match.json_ is not None and match.json_.regex is not None:
+        found.append((("match", "json", "regex"), match.json_.regex))
+    for name, pattern in (match.headers or {}).items():
+        found.append((("match", "headers", name), pattern))
+    return found
+
+
+def _class_problems(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """SPEC §1: every failure is transient, caller-correctable or terminal, never a mix."""
+    error = rule.error
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    if error.retryable and (error.fix_required or error.fix_command):
+        out.append((("error", "retryable"), "a retryable failure has no fix fields: if the "
+                    "caller must change something first it is caller-correctable, "
+                    "retryable: false"))
+    if error.fix_command is not None and error.fix_required is None:
+        out.append((("error", "fix_command"), "fix_command without fix_required: state the "
+                    "condition the command changes"))
+    if error.retry_after_ms is not None and not error.retryable:
+        out.append((("error", "retry_after_ms"), "retry_after_ms is only for retryable: true"))
+    if error.retryable and not error.side_effect_free and _may_match_after_send(rule):
+        out.append((("error", "retryable"), "this rule can match a POST or PATCH after the "
+                    "request may have reached the upstream; restrict match.methods to "
+                    "idempotent methods or state side_effect_free: true"))
+    return out
+
+
+def _may_match_after_send(rule: RuleSpec) -> bool:
+    match = rule.match
+    methods = set(match.methods) if match.methods is not None else NON_IDEMPOTENT
+    if not methods & NON_IDEMPOTENT:
+        return False
+    if match.transport is None:
+        return True  # any HTTP response, or an MCP error: the request was received
+    return any(not kind.request_unsent for kind in match.transport) or bool(
+        match.status or match.mcp
+    )
+

@@ -1,0 +1,166 @@
+"""Rendering a classified failure for each delivery mode (SPEC §3, §4).
+
+Takes a `Failure`, its `Recovery` and what the upstream sent; returns a `Rendering`: the
+headers to add and, when the body changes, the new body and content type. The status is never
+changed here. Header values are built only from rule constants and booleans, so nothing the
+upstream wrote can put CR/LF or other bytes into a header.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.failure import Failure, Mode, Recovery, TransportKind
+
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """What the renderer needs to know about the request and the upstream's answer."""
+
+    request_id: str
+    duration_ms: int
+    upstream_status: int | None
+    content_type: str = ""
+    body: bytes | None = None
+    body_json: Any = None
+    transport: TransportKind | None = None
+    upstream_retry_after: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes | None = None
+    content_type: str | None = None
+
+
+def render(
+    mode: Mode, failure: Failure, recovery: Recovery, exchange: Exchange, prefix: str
+) -> Rendering:
+    """The response changes for `mode`; a `body` of None means "send the upstream's body"."""
+    headers = advisory_headers(failure, recovery, prefix, exchange.upstream_retry_after)
+    synthesized = exchange.transport is not None
+    if mode is Mode.ORIGINAL:
+        if synthesized:
+            return Rendering([], _plain_reason(failure), TEXT_TYPE)
+        return Rendering()
+    if mode is Mode.HEADERS:
+        return Rendering(headers, _plain_reason(failure) if synthesized else None,
+                         TEXT_TYPE if synthesized else None)
+    if mode is Mode.ENVELOPE or synthesized:
+        return Rendering(headers, dump(envelope(failure, recovery, exchange)), JSON_TYPE)
+    merged = additive(exchange.body_json, failure, recovery, exchange.request_id)
+    if merged is None:
+        return Rendering(headers)
+    return Rendering(headers, dump(merged), None)
+
+
+def advisory_headers(
+    failure: Failure, recovery: Recovery, prefix: str, upstream_retry_after: bool
+) -> list[tuple[str, str]]:
+    headers = [
+        (f"{prefix}Code", failure.code),
+        (f"{prefix}Retryable", _bool(failure.retryable)),
+        (f"{prefix}Recoverable", _bool(failure.recoverable)),
+        ("X-Recovery-Available", _bool(recovery.available)),
+    ]
+    if failure.retryable and failure.retry_after_ms is not None and not upstream_retry_after:
+        headers.append(("Retry-After", str(math.ceil(failure.retry_after_ms / 1000))))
+    return headers
+
+
+def error_object(failure: Failure, recovery: Recovery, request_id: str) -> dict[str, Any]:
+    return {
+        "code": failure.code,
+        "message": failure.message,
+        "retryable": failure.retryable,
+        "retry_after_ms": failure.retry_after_ms,
+        "fix_required": failure.fix_required,
+        "fix_command": failure.fix_command,
+        "suggestion": failure.suggestion,
+        "request_id": request_id,
+        "recoverable": failure.recoverable,
+        "recovery_available": recovery.available,
+    }
+
+
+def failure_object(failure: Failure) -> dict[str, Any]:
+    intent = {"intent": failure.recovery_intent} if failure.recovery_intent else None
+    return {
+        "category": failure.category.value,
+        "code": failure.code,
+        "recoverable": failure.recoverable,
+        "retryable": failure.retryable,
+        "recovery_intent": intent,
+    }
+
+
+def envelope(failure: Failure, recovery: Recovery, exchange: Exchange) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "duration_ms": exchange.duration_ms,
+        "upstream_status": exchange.upstream_status,
+        "rule": failure.rule_id,
+        "exit_code": failure.exit_code,
+        "original": _original(exchange),
+    }
+    if exchange.transport is not None:
+        meta["transport"] = exchange.transport.value
+    return {
+        "ok": False,
+        "data": None,
+        "error": error_object(failure, recovery, exchange.request_id),
+        "failure": failure_object(failure),
+        "recovery": recovery.to_json(),
+        "warnings": [],
+        "meta": meta,
+    }
+
+
+def additive(
+    body: Any, failure: Failure, recovery: Recovery, request_id: str
+) -> dict[str, Any] | None:
+    """The upstream object with failure fields added only where absent; None if not an object."""
+    if not isinstance(body, dict):
+        return None
+    merged = dict(body)
+    fields = error_object(failure, recovery, request_id)
+    failure_block = failure_object(failure)
+    existing = merged.get("error")
+    if existing is None and "error" not in merged:
+        merged["error"] = fields
+    elif isinstance(existing, dict):
+        merged["error"] = {**existing, **{k: v for k, v in fields.items() if k not in existing}}
+    else:
+        failure_block.update({k: v for k, v in fields.items() if k not in failure_block})
+    merged.setdefault("failure", failure_block)
+    merged.setdefault("recovery", recovery.to_json())
+    merged.setdefault("recoverable", failure.recoverable)
+    merged.setdefault("recovery_available", recovery.available)
+    return merged
+
+
+def dump(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _original(exchange: Exchange) -> dict[str, Any] | None:
+    if exchange.transport is not None or exchange.body is None:
+        return None
+    body: Any = exchange.body_json
+    if body is None:
+        body = exchange.body.decode("utf-8", "replace")
+    return {"content_type": exchange.content_type or None, "body": body}
+
+
+def _plain_reason(failure: Failure) -> bytes:
+    return f"{failure.code}: {failure.message}\n".encode()
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"

@@ -1,0 +1,122 @@
+"""Rule fixtures: sample failures with the classification they must get.
+
+A fixture file lists cases (a request plus an upstream response or transport fault) and the
+fields the failure must have. Every shipped pack has one, run by the test suite; users run
+their own with `mendpoint test`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from multidict import CIMultiDict
+from pydantic import Field, model_validator
+
+from gateway.classify import Classifier
+from gateway.config.loader import LoadedConfig, validate_model
+from gateway.config.models import Strict
+from gateway.config.yamlsrc import parse_yaml
+from gateway.envelope import error_object, failure_object
+from gateway.explain import Sample, explain
+from gateway.failure import NO_RECOVERY, Category, TransportKind
+
+
+class FixtureRequest(Strict):
+    method: str = "GET"
+    path: str = "/"
+
+
+class FixtureResponse(Strict):
+    status: int = Field(ge=100, le=599)
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str | None = None
+    json_: Any = Field(default=None, alias="json")
+
+    def body_bytes(self) -> bytes:
+        if self.json_ is not None:
+            return json.dumps(self.json_).encode()
+        return (self.body or "").encode()
+
+
+class FixtureExpect(Strict):
+    matched: bool = True
+    rule: str | None = None
+    code: str | None = None
+    category: Category | None = None
+    message: str | None = None
+    retryable: bool | None = None
+    retry_after_ms: int | None = None
+    fix_required: str | None = None
+    fix_command: str | None = None
+    recoverable: bool | None = None
+
+
+class FixtureCase(Strict):
+    name: str
+    request: FixtureRequest = Field(default_factory=FixtureRequest)
+    response: FixtureResponse | None = None
+    transport: TransportKind | None = None
+    expect: FixtureExpect
+
+    @model_validator(mode="after")
+    def _one_outcome(self) -> FixtureCase:
+        if (self.response is None) == (self.transport is None):
+            raise ValueError("give exactly one of response or transport")
+        return self
+
+
+class FixtureFile(Strict):
+    cases: list[FixtureCase] = Field(min_length=1)
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    name: str
+    mismatches: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+
+def load_fixtures(text: str, file: str) -> FixtureFile:
+    return validate_model(FixtureFile, parse_yaml(text, file))
+
+
+def run_fixtures(
+    loaded: LoadedConfig, fixtures: FixtureFile, classifier: Classifier | None = None
+) -> list[CaseResult]:
+    classifier = classifier or Classifier(loaded)
+    return [_run_case(loaded, case, classifier) for case in fixtures.cases]
+
+
+def _run_case(loaded: LoadedConfig, case: FixtureCase, classifier: Classifier) -> CaseResult:
+    response = case.response
+    sample = Sample(
+        method=case.request.method,
+        path=case.request.path,
+        status=response.status if response else None,
+        headers=CIMultiDict(response.headers if response else {}),
+        body=response.body_bytes() if response else b"",
+        transport=case.transport,
+    )
+    result = explain(loaded, sample, classifier=classifier)
+    expect = case.expect
+    if result.verdict is None:
+        return CaseResult(case.name, () if not expect.matched else ("no rule matched",))
+    if not expect.matched:
+        return CaseResult(case.name, (f"expected no match, got rule {result.verdict.rule.id}",))
+    failure = result.verdict.failure
+    actual: dict[str, Any] = {
+        **error_object(failure, NO_RECOVERY, ""),
+        **failure_object(failure),
+        "rule": result.verdict.rule.id,
+    }
+    mismatches = []
+    for key, wanted in expect.model_dump(exclude_unset=True, exclude={"matched"}).items():
+        got = actual[key]
+        if got != wanted:
+            mismatches.append(f"{key}: expected {wanted!r}, got {got!r}")
+    return CaseResult(case.name, tuple(mismatches))

@@ -1,0 +1,1 @@
+"""The HTTP data path: routing, header hygiene, forwarding, streaming, transport faults."""

@@ -1,0 +1,82 @@
+"""Streaming bodies through the gateway without buffering them.
+
+`RequestBody` relays the client's body to the upstream chunk by chunk under a size cap and a
+per-chunk stall timeout, and remembers why it stopped so the handler can answer 413 or 408
+instead of blaming the upstream. `read_capped` reads an upstream error body up to the cap,
+looping because one read may return less than asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator
+
+from aiohttp import StreamReader
+
+
+class BodyTooLarge(Exception):
+    """The client's body passed `limits.max_request_body_bytes`."""
+
+
+class BodyStalled(Exception):
+    """The client stopped sending its body for longer than `request_body_timeout_s`."""
+
+
+class RequestBody:
+    def __init__(self, stream: StreamReader, max_bytes: int, stall_timeout_s: float) -> None:
+        self._stream = stream
+        self._max_bytes = max_bytes
+        self._stall_timeout_s = stall_timeout_s
+        self.failure: BodyTooLarge | BodyStalled | None = None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        total = 0
+        while True:
+            try:
+                async with asyncio.timeout(self._stall_timeout_s):
+                    chunk = await self._stream.readany()
+            except TimeoutError:
+                self.failure = BodyStalled()
+                raise self.failure from None
+            if not chunk:
+                return
+            total += len(chunk)
+            if total > self._max_bytes:
+                self.failure = BodyTooLarge()
+                raise self.failure
+            yield chunk
+
+
+async def read_capped(stream: StreamReader, cap: int) -> tuple[bytes, bool]:
+    """Up to `cap` bytes; the flag is True when that was the whole body."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= cap:
+        chunk = await stream.read(cap + 1 - size)
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks), False
+
+
+def decoded_for_matching(body: bytes, content_encoding: str, cap: int) -> bytes | None:
+    """The body as the rules should see it: gzip/deflate undone (bounded), else None if encoded."""
+    encoding = content_encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        return None
+    wbits = 16 + zlib.MAX_WBITS if "gzip" in encoding else zlib.MAX_WBITS
+    try:
+        inflater = zlib.decompressobj(wbits)
+        out = inflater.decompress(body, cap + 1)
+        if encoding == "deflate" and not out and body:
+            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = inflater.decompress(body, cap + 1)
+    except zlib.error:
+        return None
+    if len(out) > cap or inflater.unconsumed_tail:
+        return None
+    return out

@@ -1,0 +1,206 @@
+"""The failure path: read the error body within the cap, enrich it, answer for the mode.
+
+Enrichment (classify → resolve → render) runs under `enrich_budget_ms`. Any exception in it,
+or running over budget, sends the upstream's original status, headers and bytes: the gateway
+never makes a response worse than no gateway. `CancelledError` is never caught.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.classify import Observation
+from gateway.envelope import Exchange, Rendering, render
+from gateway.failure import NO_RECOVERY, Mode, TransportKind
+from gateway.proxy.body import decoded_for_matching, read_capped
+from gateway.proxy.headers import client_response_headers
+from gateway.proxy.relay import relay
+from gateway.proxy.routes import Route
+from gateway.proxy.state import GatewayState
+from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
+
+log = logging.getLogger("mendpoint.proxy")
+
+REQUEST_ID = "X-Request-Id"
+NO_BODY_STATUSES = frozenset({204, 304})
+# Headers that describe the upstream's exact bytes; wrong once the body is rewritten.
+BODY_BOUND_HEADERS = ("Content-Length", "Content-Encoding", "ETag", "Content-MD5", "Digest",
+                      "Content-Digest", "Repr-Digest", "Content-Range", "Accept-Ranges")
+STREAM_TYPES = ("text/event-stream", "multipart/x-mixed-replace")
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """One request as the failure path needs it."""
+
+    request: web.Request
+    state: GatewayState
+    route: Route
+    request_id: str
+    started: float
+    mode: Mode
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def observation(self, **fields: object) -> Observation:
+        method = self.request.method
+        return Observation(
+            route=self.route.spec.name,
+            method=method,
+            path=self.request.path,
+            idempotent=method in self.route.idempotent,
+            **fields,  # type: ignore[arg-type]
+        )
+
+
+async def answer_upstream_failure(
+    ctx: Context, upstream: aiohttp.ClientResponse
+) -> web.StreamResponse:
+    """An upstream response that rules must look at (any 4xx/5xx, or a status a rule names)."""
+    limits = ctx.state.loaded.config.limits
+    cap = limits.error_body_bytes
+    content_type = upstream.headers.get("Content-Type", "")
+    mode = ctx.mode
+    prefix, complete = b"", True
+    if _has_no_body(ctx.request.method, upstream.status) or _is_stream(content_type):
+        complete = False
+        mode = _at_most_headers(mode)
+    elif upstream.content_length is not None and upstream.content_length > cap:
+        complete = False
+    else:
+        try:
+            prefix, complete = await read_capped(upstream.content, cap)
+        except UPSTREAM_ERRORS as exc:
+            return await answer_transport_failure(ctx, transport_kind(exc))
+    if not complete:
+        mode = _at_most_headers(mode)
+    matched = None if not complete else decoded_for_matching(
+        prefix, upstream.headers.get("Content-Encoding", ""), cap
+    )
+    obs = ctx.observation(
+        status=upstream.status,
+        headers=upstream.headers,
+        body=matched,
+        content_type=content_type,
+    )
+    rendering = await _enrich_or_none(ctx, obs, mode, _exchange(ctx, obs, upstream))
+    headers = client_response_headers(upstream.headers)
+    headers[REQUEST_ID] = ctx.request_id
+    if rendering is not None and rendering.body is not None:
+        return _rewritten(upstream.status, upstream.reason, headers, rendering)
+    if rendering is not None:
+        headers.extend(rendering.headers)
+    return await relay(ctx.request, upstream, headers, prefix, complete=complete)
+
+
+async def answer_transport_failure(ctx: Context, kind: TransportKind) -> web.StreamResponse:
+    """A synthesised 502 (or 504 on timeout) for an exchange that produced no response."""
+    status = 504 if kind in (TransportKind.CONNECT_TIMEOUT, TransportKind.READ_TIMEOUT) else 502
+    log.info("upstream transport failure %s route=%s request_id=%s",
+             kind.value, ctx.route.spec.name, ctx.request_id)
+    obs = ctx.observation(transport=kind)
+    exchange = Exchange(request_id=ctx.request_id, duration_ms=0, upstream_status=None,
+                        transport=kind)
+    rendering = await _enrich_or_none(ctx, obs, ctx.mode, exchange)
+    headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: ctx.request_id})
+    if rendering is None or rendering.body is None:
+        reason = "Upstream timed out" if status == 504 else "Upstream unavailable"
+        return web.Response(status=status, text=f"{reason} ({kind.value})\n", headers=headers)
+    return _rewritten(status, None, headers, rendering)
+
+
+async def _enrich_or_none(
+    ctx: Context, obs: Observation, mode: Mode, exchange: Exchange
+) -> Rendering | None:
+    """Classify, resolve and render within the budget; None means "send the original"."""
+    budget_s = ctx.state.loaded.config.enrich_budget_ms / 1000
+    begun = time.monotonic()
+    try:
+        async with asyncio.timeout(budget_s):
+            rendering = await _enrich(ctx, obs, mode, exchange)
+    except TimeoutError:
+        log.warning("enrichment over budget; original response sent request_id=%s",
+                    ctx.request_id)
+        return None
+    except Exception:
+        log.exception("enrichment failed; original response sent request_id=%s", ctx.request_id)
+        return None
+    if time.monotonic() - begun > budget_s:
+        log.warning("enrichment over budget; original response sent request_id=%s",
+                    ctx.request_id)
+        return None
+    return rendering
+
+
+async def _enrich(
+    ctx: Context, obs: Observation, mode: Mode, exchange: Exchange
+) -> Rendering | None:
+    verdict = ctx.state.classifier.classify(obs)
+    if verdict is None:
+        return None
+    failure = verdict.failure
+    log.debug("classified %s by rule %s (%s) request_id=%s",
+              failure.code, verdict.rule.id, verdict.rule.origin, ctx.request_id)
+    if mode is Mode.ORIGINAL and exchange.transport is None:
+        return None
+    recovery = NO_RECOVERY  # recovery resolution (SPEC §6) plugs in here
+    exchange = _with_duration(exchange, ctx.elapsed_ms())
+    prefix = ctx.state.loaded.config.headers.prefix
+    return render(mode, failure, recovery, exchange, prefix)
+
+
+def _exchange(ctx: Context, obs: Observation, upstream: aiohttp.ClientResponse) -> Exchange:
+    return Exchange(
+        request_id=ctx.request_id,
+        duration_ms=0,
+        upstream_status=upstream.status,
+        content_type=obs.content_type,
+        body=obs.body,
+        body_json=obs.json if obs.body is not None else None,
+        upstream_retry_after="Retry-After" in upstream.headers,
+    )
+
+
+def _with_duration(exchange: Exchange, duration_ms: int) -> Exchange:
+    return Exchange(
+        request_id=exchange.request_id,
+        duration_ms=duration_ms,
+        upstream_status=exchange.upstream_status,
+        content_type=exchange.content_type,
+        body=exchange.body,
+        body_json=exchange.body_json,
+        transport=exchange.transport,
+        upstream_retry_after=exchange.upstream_retry_after,
+    )
+
+
+def _rewritten(
+    status: int, reason: str | None, headers: CIMultiDict[str], rendering: Rendering
+) -> web.Response:
+    for name in BODY_BOUND_HEADERS:
+        headers.popall(name, None)
+    headers.extend(rendering.headers)
+    if rendering.content_type is not None:
+        headers["Content-Type"] = rendering.content_type
+    return web.Response(status=status, reason=reason, body=rendering.body, headers=headers)
+
+
+def _has_no_body(method: str, status: int) -> bool:
+    return method == "HEAD" or status in NO_BODY_STATUSES or status < 200
+
+
+def _is_stream(content_type: str) -> bool:
+    lowered = content_type.lower()
+    return any(lowered.startswith(t) for t in STREAM_TYPES)
+
+
+def _at_most_headers(mode: Mode) -> Mode:
+    return Mode.HEADERS if mode in (Mode.ADDITIVE, Mode.ENVELOPE) else mode

@@ -1,0 +1,134 @@
+"""The request handler: route, forward once, then stream a success or enrich a failure.
+
+Data path, top to bottom: request in → route → forward (exactly one upstream request) →
+success: stream status, headers and body back untouched → failure: `failure_path` reads the
+error body within the cap, classifies, resolves and renders for the mode, failing open to the
+original bytes. Transport faults become synthesised 502/504 failures.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
+from gateway.proxy.failure_path import (
+    Context,
+    answer_transport_failure,
+    answer_upstream_failure,
+)
+from gateway.proxy.headers import client_response_headers, upstream_request_headers
+from gateway.proxy.relay import relay
+from gateway.proxy.routes import MODE_HEADER, choose_mode
+from gateway.proxy.state import SESSION, STATE, GatewayState
+from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
+
+log = logging.getLogger("mendpoint.proxy")
+
+REQUEST_ID = "X-Request-Id"
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    """The single handler behind every route."""
+    state = request.app[STATE]
+    session = request.app[SESSION]
+    started = time.monotonic()
+    request_id = request_id_of(request)
+    target = request_target(request)
+    route = state.routes.find(target.partition("?")[0])
+    if route is None:
+        return plain(404, "No route for this path", request_id)
+    limits = state.loaded.config.limits
+    declared = request.content_length
+    if declared is not None and declared > limits.max_request_body_bytes:
+        return plain(413, "Request body too large", request_id)
+    body = None
+    if request.body_exists:
+        body = RequestBody(
+            request.content, limits.max_request_body_bytes, limits.request_body_timeout_s
+        )
+    ctx = Context(
+        request=request,
+        state=state,
+        route=route,
+        request_id=request_id,
+        started=started,
+        mode=choose_mode(route, request.headers.get(MODE_HEADER), caller_key(request, state),
+                         request_id),
+    )
+    headers = upstream_request_headers(
+        request.headers,
+        peer=request.remote,
+        scheme=request.scheme,
+        upstream_host=route.upstream_host,
+        preserve_host=route.spec.preserve_host,
+        request_id=request_id,
+    )
+    try:
+        upstream = await session.request(
+            request.method,
+            route.upstream_url(target),
+            headers=headers,
+            data=body.chunks() if body is not None else None,
+            allow_redirects=False,
+            compress=False,
+        )
+    except UPSTREAM_ERRORS as exc:
+        if body is not None and body.failure is not None:
+            return _body_failure(body.failure, request_id)
+        return await answer_transport_failure(ctx, transport_kind(exc))
+    try:
+        if upstream.status < 400 and not state.classifier.has_rules_for(upstream.status):
+            headers = client_response_headers(upstream.headers)
+            headers[REQUEST_ID] = request_id
+            return await relay(request, upstream, headers)
+        return await answer_upstream_failure(ctx, upstream)
+    finally:
+        upstream.release()
+
+
+def request_target(request: web.Request) -> str:
+    """The origin-form target exactly as sent; absolute-form is reduced to its path and query."""
+    raw = request.raw_path
+    if raw.startswith("/"):
+        return raw
+    return request.rel_url.raw_path_qs or "/"
+
+
+def request_id_of(request: web.Request) -> str:
+    """The caller's `X-Request-Id` when it is a sane token, else a fresh one."""
+    value = request.headers.get(REQUEST_ID)
+    if value and len(value) <= 200 and all(0x21 <= ord(c) <= 0x7E for c in value):
+        return value
+    return uuid.uuid4().hex
+
+
+def caller_key(request: web.Request, state: GatewayState) -> str:
+    """A stable identity for rollout: the configured API-key header, else the peer address."""
+    callers = state.loaded.config.callers
+    if callers is not None:
+        value = request.headers.get(callers.header)
+        if value:
+            return value
+    return request.remote or ""
+
+
+def plain(status: int, text: str, request_id: str) -> web.Response:
+    return web.Response(
+        status=status,
+        text=text + "\n",
+        headers=CIMultiDict({REQUEST_ID: request_id}),
+    )
+
+
+def _body_failure(failure: BodyTooLarge | BodyStalled, request_id: str) -> web.Response:
+    if isinstance(failure, BodyTooLarge):
+        response = plain(413, "Request body too large", request_id)
+    else:
+        response = plain(408, "Request body not received in time", request_id)
+    response.force_close()
+    return response

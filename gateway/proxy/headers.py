@@ -1,0 +1,92 @@
+"""Header hygiene between client, gateway and upstream (RFC 9110 §7.6).
+
+Hop-by-hop headers, and any header the sender names in `Connection`, describe one
+connection and must not cross the proxy in either direction. The forwarding headers tell the
+upstream who really called; the client's claims are appended to (`X-Forwarded-For`) or
+replaced (`X-Forwarded-Host`/`-Proto`, `Forwarded`), never trusted as-is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "http2-settings",
+    }
+)
+VIA = "1.1 mendpoint"
+REPLACED_ON_REQUEST = frozenset(
+    {"host", "x-forwarded-host", "x-forwarded-proto", "forwarded", "x-request-id"}
+)
+
+
+def connection_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> frozenset[str]:
+    """Lower-cased header names listed in every `Connection` header."""
+    names: set[str] = set()
+    for value in headers.getall("Connection", ()):
+        names.update(token.strip().lower() for token in value.split(",") if token.strip())
+    return frozenset(names)
+
+
+def _end_to_end(
+    headers: CIMultiDictProxy[str] | CIMultiDict[str], also_drop: Iterable[str] = ()
+) -> CIMultiDict[str]:
+    drop = HOP_BY_HOP | frozenset(also_drop)
+    if "Connection" in headers:
+        drop = drop | connection_named(headers)
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+
+
+def upstream_request_headers(
+    incoming: CIMultiDictProxy[str],
+    *,
+    peer: str | None,
+    scheme: str,
+    upstream_host: str,
+    preserve_host: bool,
+    request_id: str,
+) -> CIMultiDict[str]:
+    """The headers sent upstream: end-to-end ones plus honest forwarding information."""
+    headers = _end_to_end(incoming, REPLACED_ON_REQUEST)
+    original_host = incoming.get("Host", "")
+    headers["Host"] = original_host if preserve_host and original_host else upstream_host
+    if peer:
+        prior = ", ".join(incoming.getall("X-Forwarded-For", ()))
+        headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
+    if original_host:
+        headers["X-Forwarded-Host"] = original_host
+    headers["X-Forwarded-Proto"] = scheme
+    headers["Forwarded"] = _forwarded(peer, original_host, scheme)
+    headers.add("Via", VIA)
+    headers["X-Request-Id"] = request_id
+    return headers
+
+
+def client_response_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    """The upstream's response headers minus hop-by-hop ones, plus `Via`."""
+    headers = _end_to_end(upstream)
+    headers.add("Via", VIA)
+    return headers
+
+
+def _forwarded(peer: str | None, host: str, scheme: str) -> str:
+    parts = []
+    if peer:
+        parts.append(f'for="[{peer}]"' if ":" in peer else f"for={peer}")
+    if host and all(0x21 <= ord(c) < 0x7F and c not in '";' for c in host):
+        parts.append(f'host="{host}"')
+    parts.append(f"proto={scheme}")
+    return ";".join(parts)

@@ -1,0 +1,44 @@
+"""Relaying an upstream body to the client as it arrives, never buffering it."""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.proxy.upstream import UPSTREAM_ERRORS
+
+log = logging.getLogger("mendpoint.proxy")
+
+
+async def relay(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    headers: CIMultiDict[str],
+    already_read: bytes = b"",
+    *,
+    complete: bool = False,
+) -> web.StreamResponse:
+    """Send `already_read`, then (unless `complete`) the rest of the upstream body.
+
+    If the upstream fails mid-body the client connection is aborted: with the status line
+    already sent, a cleanly ended short body would be mistaken for a complete one.
+    """
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    await response.prepare(request)
+    try:
+        if already_read:
+            await response.write(already_read)
+        if not complete:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+    except UPSTREAM_ERRORS as exc:
+        log.warning("upstream failed mid-body (%s); aborting the client connection",
+                    type(exc).__name__)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+    await response.write_eof()
+    return response

@@ -1,0 +1,72 @@
+"""The upstream client and the one place its exceptions become `TransportKind` values.
+
+A single pooled `ClientSession` is shared by every route: no cookie jar, no redirects, no
+decompression, no environment proxies, no automatic headers, so what the client sent is what
+the upstream gets. Past this module a transport fault is a value, not an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import aiohttp
+
+from gateway.config.models import LimitsSpec
+from gateway.failure import TransportKind
+
+SKIPPED_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+
+
+def make_session(limits: LimitsSpec) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(
+        limit=limits.max_upstream_connections,
+        limit_per_host=0,
+        ttl_dns_cache=10,
+        enable_cleanup_closed=False,
+        keepalive_timeout=limits.keepalive_timeout_s,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        trust_env=False,
+        skip_auto_headers=SKIPPED_AUTO_HEADERS,
+        timeout=client_timeout(limits),
+        raise_for_status=False,
+        max_line_size=limits.max_line_bytes * 2,
+        max_field_size=limits.max_header_bytes * 2,
+    )
+
+
+def client_timeout(limits: LimitsSpec) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(
+        total=limits.total_timeout_s,
+        sock_connect=limits.connect_timeout_s,
+        connect=limits.connect_timeout_s * 2,
+        sock_read=limits.read_timeout_s,
+    )
+
+
+def transport_kind(exc: BaseException) -> TransportKind:
+    """Classify a client exception raised before the upstream's response headers arrived.
+
+    Most specific first: DNS and connect faults mean nothing was sent; everything after the
+    connection opened may have reached the upstream.
+    """
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return TransportKind.DNS_FAILURE
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return TransportKind.CONNECT_TIMEOUT
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if exc.os_error.errno in (errno.ETIMEDOUT,):
+            return TransportKind.CONNECT_TIMEOUT
+        return TransportKind.CONNECT_REFUSED
+    if isinstance(exc, aiohttp.SocketTimeoutError | asyncio.TimeoutError | TimeoutError):
+        return TransportKind.READ_TIMEOUT
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return TransportKind.INVALID_RESPONSE
+    return TransportKind.RESET
+
+
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)

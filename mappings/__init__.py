@@ -1,0 +1,1 @@
+"""Shipped rule packs, addressed in configs as `builtin:NAME` (installed as gateway.mappings)."""
