@@ -115,8 +115,7 @@ async def serve_forever(loaded: LoadedConfig, listen: str | None = None) -> None
     """Run until SIGINT/SIGTERM, then close listeners and let in-flight requests finish."""
     server = GatewayServer(loaded)
     host, port = await server.start(listen)
-    routes = ", ".join(f"{r.prefix} -> {r.upstream} ({r.mode.value})"
-                       for r in loaded.config.routes)
+    routes = ", ".join(f"{r.prefix} -> {r.upstream} ({r.mode.value})" for r in loaded.config.routes)
     log.info("mendpoint listening on http://%s:%d  routes: %s", host, port, routes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -50,8 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mendpoint", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mendpoint {__version__}")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the gateway")
@@ -66,13 +67,21 @@ def _parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("explain", help="show which rule matches a sample and what it renders")
     _config_source(exp)
     exp.add_argument("--status", type=int, help="the upstream status")
-    exp.add_argument("--transport", choices=[k.value for k in TransportKind],
-                     help="a transport fault instead of a status")
+    exp.add_argument(
+        "--transport",
+        choices=[k.value for k in TransportKind],
+        help="a transport fault instead of a status",
+    )
     exp.add_argument("--body", help="file holding the upstream body ('-' for stdin)")
     exp.add_argument("--method", default="GET")
     exp.add_argument("--path", default="/")
-    exp.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
-                     help="an upstream response header (repeatable)")
+    exp.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="an upstream response header (repeatable)",
+    )
     exp.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ENVELOPE.value)
     exp.set_defaults(run=_explain)
 
@@ -142,8 +151,12 @@ def _explain(args: argparse.Namespace) -> int:
         with open(args.body, "rb") as handle:
             body = handle.read()
     sample = Sample(
-        method=args.method.upper(), path=args.path, status=args.status, headers=headers,
-        body=body, transport=TransportKind(args.transport) if args.transport else None,
+        method=args.method.upper(),
+        path=args.path,
+        status=args.status,
+        headers=headers,
+        body=body,
+        transport=TransportKind(args.transport) if args.transport else None,
     )
     result = explain(_load(args), sample, Mode(args.mode))
     if result.verdict is None:
@@ -157,9 +170,12 @@ def _explain(args: argparse.Namespace) -> int:
         for name, value in rendering.headers:
             print(f"header: {name}: {value}")
         if rendering.body is not None:
-            print(json.dumps(json.loads(rendering.body), indent=2, ensure_ascii=False)
-                  if rendering.content_type != "text/plain; charset=utf-8"
-                  and _is_json(rendering.body) else rendering.body.decode())
+            print(
+                json.dumps(json.loads(rendering.body), indent=2, ensure_ascii=False)
+                if rendering.content_type != "text/plain; charset=utf-8"
+                and _is_json(rendering.body)
+                else rendering.body.decode()
+            )
         else:
             print("body: unchanged (the upstream's bytes)")
     return EXIT_OK

@@ -51,8 +51,11 @@ def render(
             return Rendering([], _plain_reason(failure), TEXT_TYPE)
         return Rendering()
     if mode is Mode.HEADERS:
-        return Rendering(headers, _plain_reason(failure) if synthesized else None,
-                         TEXT_TYPE if synthesized else None)
+        return Rendering(
+            headers,
+            _plain_reason(failure) if synthesized else None,
+            TEXT_TYPE if synthesized else None,
+        )
     if mode is Mode.ENVELOPE or synthesized:
         return Rendering(headers, dump(envelope(failure, recovery, exchange)), JSON_TYPE)
     merged = additive(exchange.body_json, failure, recovery, exchange.request_id)

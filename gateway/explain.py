@@ -82,6 +82,5 @@ def explain(
         transport=sample.transport,
         upstream_retry_after=parse_retry_after(sample.headers.get("Retry-After")) is not None,
     )
-    rendering = render(mode, verdict.failure, NO_RECOVERY, exchange,
-                       loaded.config.headers.prefix)
+    rendering = render(mode, verdict.failure, NO_RECOVERY, exchange, loaded.config.headers.prefix)
     return Explanation(route.spec.name, verdict, rendering)

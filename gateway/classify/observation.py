@@ -54,7 +54,7 @@ def _parse_json(text: str | None) -> Any:
     if text is None:
         return None
     stripped = text.lstrip()
-    if not stripped or stripped[0] not in "{[\"":
+    if not stripped or stripped[0] not in '{["':
         return None
     try:
         return json.loads(text)

@@ -39,8 +39,9 @@ def build_failure(
 ) -> Failure:
     error = rule.error
     values = {k: clean_text(v, CAPTURE_LIMIT) for k, v in captures.items()}
-    values.update(status=str(obs.status or ""), method=obs.method,
-                  path=clean_text(obs.path, CAPTURE_LIMIT))
+    values.update(
+        status=str(obs.status or ""), method=obs.method, path=clean_text(obs.path, CAPTURE_LIMIT)
+    )
     retryable = error.retryable and not _may_repeat_side_effect(rule, obs)
     retry_after = _retry_after_ms(error.retry_after_ms, obs) if retryable else None
     message = (

@@ -116,8 +116,9 @@ def _search(pattern: Pattern, text: str, timeout: float, rule_id: str) -> Any:
     try:
         return pattern.search(text, timeout=timeout)
     except TimeoutError:
-        log.warning("regex of rule %s timed out after %.0f ms; treated as no match",
-                    rule_id, timeout * 1000)
+        log.warning(
+            "regex of rule %s timed out after %.0f ms; treated as no match", rule_id, timeout * 1000
+        )
         return None
 
 

@@ -180,7 +180,7 @@ def _load_pack(entry: str, base_dir: str, loaded: LoadedConfig) -> tuple[RulePac
 
 
 def _builtin_name(entry: str) -> str | None:
-    return entry[len(BUILTIN_PREFIX):] if entry.startswith(BUILTIN_PREFIX) else None
+    return entry[len(BUILTIN_PREFIX) :] if entry.startswith(BUILTIN_PREFIX) else None
 
 
 def _add_pack(

@@ -36,9 +36,7 @@ def command_problems(command_id: str, spec: CommandSpec, companions: list[str] |
     if spec.destructive:
         problems.append("is declared destructive: destructive commands are never remediation")
     if not spec.idempotent:
-        problems.append(
-            "is not declared idempotent: true (an agent may run it more than once)"
-        )
+        problems.append("is not declared idempotent: true (an agent may run it more than once)")
     program = _program(run)
     if program is None:
         problems.append("cannot be split into words (unbalanced quotes?)")

@@ -30,6 +30,7 @@ def validate_loaded(loaded: LoadedConfig) -> list[Problem]:
     route_names = {route.name for route in loaded.config.routes}
     first_seen: dict[str, Sourced] = {}
     for rule in loaded.rules:
+
         def report(
             field: tuple[str | int, ...], message: str, source: Sourced = rule.source
         ) -> None:
@@ -40,8 +41,10 @@ def validate_loaded(loaded: LoadedConfig) -> list[Problem]:
 
         previous = first_seen.setdefault(rule.spec.id, rule.source)
         if previous is not rule.source:
-            report(("id",), f"duplicate rule id {rule.spec.id!r} (first at "
-                   f"{previous.file}:{previous.line})")
+            report(
+                ("id",),
+                f"duplicate rule id {rule.spec.id!r} (first at {previous.file}:{previous.line})",
+            )
         for field, message in rule_problems(rule.spec, set(loaded.commands), route_names):
             report(field, message)
     return problems
@@ -55,11 +58,23 @@ def _route_problems(loaded: LoadedConfig) -> list[Problem]:
     for index, route in enumerate(loaded.config.routes):
         line = doc.line_of(("routes", index)) if doc else None
         if route.name in names:
-            problems.append(Problem(loaded.source, line, f"routes[{index}].name",
-                                    f"duplicate route name {route.name!r}"))
+            problems.append(
+                Problem(
+                    loaded.source,
+                    line,
+                    f"routes[{index}].name",
+                    f"duplicate route name {route.name!r}",
+                )
+            )
         if route.prefix in prefixes:
-            problems.append(Problem(loaded.source, line, f"routes[{index}].prefix",
-                                    f"another route already has prefix {route.prefix!r}"))
+            problems.append(
+                Problem(
+                    loaded.source,
+                    line,
+                    f"routes[{index}].prefix",
+                    f"another route already has prefix {route.prefix!r}",
+                )
+            )
         names.add(route.name)
         prefixes.add(route.prefix)
     return problems
@@ -92,8 +107,13 @@ def rule_problems(
         except ValueError as exc:
             out.append((("match", "status", index), str(exc)))
     if match.transport is not None and (match.status or match.json_ or match.body or match.mcp):
-        out.append((("match", "transport"), "a transport rule matches failures with no response:"
-                    " it cannot also match status, body, json or mcp"))
+        out.append(
+            (
+                ("match", "transport"),
+                "a transport rule matches failures with no response:"
+                " it cannot also match status, body, json or mcp",
+            )
+        )
     if match.json_ is not None and match.body is not None:
         out.append((("match", "body"), "give either body or json, not both"))
     for index, name in enumerate(match.routes or []):
@@ -110,14 +130,24 @@ def rule_problems(
             continue
         missing = sorted(names - captures)
         if missing:
-            out.append((("error", field_name), f"placeholder(s) {missing} match no named capture "
-                        f"of this rule's regexes (or status, method, path)"))
+            out.append(
+                (
+                    ("error", field_name),
+                    f"placeholder(s) {missing} match no named capture "
+                    f"of this rule's regexes (or status, method, path)",
+                )
+            )
     out.extend(_class_problems(rule))
     if error.fix_command is not None and error.fix_command not in command_ids:
         known = ", ".join(sorted(command_ids)) or "none"
-        out.append((("error", "fix_command"), f"{error.fix_command!r} is not a registry id "
-                    f"(commands: {known}); fix_command names a `commands:` entry, never a "
-                    f"command line"))
+        out.append(
+            (
+                ("error", "fix_command"),
+                f"{error.fix_command!r} is not a registry id "
+                f"(commands: {known}); fix_command names a `commands:` entry, never a "
+                f"command line",
+            )
+        )
     return out
 
 
@@ -138,18 +168,32 @@ def _class_problems(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
     error = rule.error
     out: list[tuple[tuple[str | int, ...], str]] = []
     if error.retryable and (error.fix_required or error.fix_command):
-        out.append((("error", "retryable"), "a retryable failure has no fix fields: if the "
-                    "caller must change something first it is caller-correctable, "
-                    "retryable: false"))
+        out.append(
+            (
+                ("error", "retryable"),
+                "a retryable failure has no fix fields: if the "
+                "caller must change something first it is caller-correctable, "
+                "retryable: false",
+            )
+        )
     if error.fix_command is not None and error.fix_required is None:
-        out.append((("error", "fix_command"), "fix_command without fix_required: state the "
-                    "condition the command changes"))
+        out.append(
+            (
+                ("error", "fix_command"),
+                "fix_command without fix_required: state the condition the command changes",
+            )
+        )
     if error.retry_after_ms is not None and not error.retryable:
         out.append((("error", "retry_after_ms"), "retry_after_ms is only for retryable: true"))
     if error.retryable and not error.side_effect_free and _may_match_after_send(rule):
-        out.append((("error", "retryable"), "this rule can match a POST or PATCH after the "
-                    "request may have reached the upstream; restrict match.methods to "
-                    "idempotent methods or state side_effect_free: true"))
+        out.append(
+            (
+                ("error", "retryable"),
+                "this rule can match a POST or PATCH after the "
+                "request may have reached the upstream; restrict match.methods to "
+                "idempotent methods or state side_effect_free: true",
+            )
+        )
     return out
 
 
@@ -163,4 +207,3 @@ def _may_match_after_send(rule: RuleSpec) -> bool:
     return any(not kind.request_unsent for kind in match.transport) or bool(
         match.status or match.mcp
     )
-

@@ -31,8 +31,17 @@ log = logging.getLogger("mendpoint.proxy")
 REQUEST_ID = "X-Request-Id"
 NO_BODY_STATUSES = frozenset({204, 304})
 # Headers that describe the upstream's exact bytes; wrong once the body is rewritten.
-BODY_BOUND_HEADERS = ("Content-Length", "Content-Encoding", "ETag", "Content-MD5", "Digest",
-                      "Content-Digest", "Repr-Digest", "Content-Range", "Accept-Ranges")
+BODY_BOUND_HEADERS = (
+    "Content-Length",
+    "Content-Encoding",
+    "ETag",
+    "Content-MD5",
+    "Digest",
+    "Content-Digest",
+    "Repr-Digest",
+    "Content-Range",
+    "Accept-Ranges",
+)
 STREAM_TYPES = ("text/event-stream", "multipart/x-mixed-replace")
 
 
@@ -82,8 +91,10 @@ async def answer_upstream_failure(
             return await answer_transport_failure(ctx, transport_kind(exc))
     if not complete:
         mode = _at_most_headers(mode)
-    matched = None if not complete else decoded_for_matching(
-        prefix, upstream.headers.get("Content-Encoding", ""), cap
+    matched = (
+        None
+        if not complete
+        else decoded_for_matching(prefix, upstream.headers.get("Content-Encoding", ""), cap)
     )
     obs = ctx.observation(
         status=upstream.status,
@@ -104,11 +115,16 @@ async def answer_upstream_failure(
 async def answer_transport_failure(ctx: Context, kind: TransportKind) -> web.StreamResponse:
     """A synthesised 502 (or 504 on timeout) for an exchange that produced no response."""
     status = 504 if kind in (TransportKind.CONNECT_TIMEOUT, TransportKind.READ_TIMEOUT) else 502
-    log.info("upstream transport failure %s route=%s request_id=%s",
-             kind.value, ctx.route.spec.name, ctx.request_id)
+    log.info(
+        "upstream transport failure %s route=%s request_id=%s",
+        kind.value,
+        ctx.route.spec.name,
+        ctx.request_id,
+    )
     obs = ctx.observation(transport=kind)
-    exchange = Exchange(request_id=ctx.request_id, duration_ms=0, upstream_status=None,
-                        transport=kind)
+    exchange = Exchange(
+        request_id=ctx.request_id, duration_ms=0, upstream_status=None, transport=kind
+    )
     rendering = await _enrich_or_none(ctx, obs, ctx.mode, exchange)
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: ctx.request_id})
     if rendering is None or rendering.body is None:
@@ -127,15 +143,13 @@ async def _enrich_or_none(
         async with asyncio.timeout(budget_s):
             rendering = await _enrich(ctx, obs, mode, exchange)
     except TimeoutError:
-        log.warning("enrichment over budget; original response sent request_id=%s",
-                    ctx.request_id)
+        log.warning("enrichment over budget; original response sent request_id=%s", ctx.request_id)
         return None
     except Exception:
         log.exception("enrichment failed; original response sent request_id=%s", ctx.request_id)
         return None
     if time.monotonic() - begun > budget_s:
-        log.warning("enrichment over budget; original response sent request_id=%s",
-                    ctx.request_id)
+        log.warning("enrichment over budget; original response sent request_id=%s", ctx.request_id)
         return None
     return rendering
 
@@ -147,8 +161,13 @@ async def _enrich(
     if verdict is None:
         return None
     failure = verdict.failure
-    log.debug("classified %s by rule %s (%s) request_id=%s",
-              failure.code, verdict.rule.id, verdict.rule.origin, ctx.request_id)
+    log.debug(
+        "classified %s by rule %s (%s) request_id=%s",
+        failure.code,
+        verdict.rule.id,
+        verdict.rule.origin,
+        ctx.request_id,
+    )
     if mode is Mode.ORIGINAL and exchange.transport is None:
         return None
     recovery = NO_RECOVERY  # recovery resolution (SPEC §6) plugs in here

@@ -57,8 +57,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         route=route,
         request_id=request_id,
         started=started,
-        mode=choose_mode(route, request.headers.get(MODE_HEADER), caller_key(request, state),
-                         request_id),
+        mode=choose_mode(
+            route, request.headers.get(MODE_HEADER), caller_key(request, state), request_id
+        ),
     )
     headers = upstream_request_headers(
         request.headers,

@@ -35,8 +35,9 @@ async def relay(
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
     except UPSTREAM_ERRORS as exc:
-        log.warning("upstream failed mid-body (%s); aborting the client connection",
-                    type(exc).__name__)
+        log.warning(
+            "upstream failed mid-body (%s); aborting the client connection", type(exc).__name__
+        )
         if request.transport is not None:
             request.transport.abort()
         return response

@@ -38,7 +38,7 @@ class Route:
     def upstream_url(self, raw_path: str) -> URL:
         """The upstream URL for a request target, keeping its bytes exactly as sent."""
         if self.spec.strip_prefix and self.spec.prefix != "/":
-            raw_path = raw_path[len(self.spec.prefix.rstrip("/")):]
+            raw_path = raw_path[len(self.spec.prefix.rstrip("/")) :]
             if not raw_path.startswith("/"):
                 raw_path = "/" + raw_path
         return URL(self.upstream_base + raw_path, encoded=True)

@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make run` and `make test`. Each sets itself up.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_LISTEN ?= 127.0.0.1:9000
+LISTEN ?= 127.0.0.1:8080
+
+.PHONY: run test test-slow lint typecheck check-all clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	@$(BIN)/python examples/run_demo.py --demo-listen $(DEMO_LISTEN) --listen $(LISTEN)
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway tests examples
+	$(BIN)/ruff format --check gateway tests examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow -q || [ $$? -eq 5 ]
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,95 @@
+"""`make run`: the bundled demo API with Mendpoint in front of it, on the embedded defaults.
+
+Starts both as child processes, waits until each answers, prints curl lines to try, and stops
+both on Ctrl-C (or when either exits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--demo-listen", default="127.0.0.1:9000")
+    parser.add_argument("--listen", default="127.0.0.1:8080")
+    args = parser.parse_args()
+    demo = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "demo_api.py"), "--listen", args.demo_listen]
+    )
+    gateway = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--upstream",
+            f"http://{args.demo_listen}",
+            "--listen",
+            args.listen,
+        ]
+    )
+    children = (demo, gateway)
+    try:
+        for address in (args.demo_listen, args.listen):
+            if not wait_for_port(address, children):
+                print(f"nothing answered on {address}; see the messages above", file=sys.stderr)
+                return 1
+        print_try_lines(args.listen)
+        while all(child.poll() is None for child in children):
+            time.sleep(0.5)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+def wait_for_port(address: str, children: tuple[subprocess.Popen[bytes], ...]) -> bool:
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any(child.poll() is not None for child in children):
+            return False
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def print_try_lines(listen: str) -> None:
+    base = f"http://{listen}"
+    lines = [
+        f"curl -i {base}/v1/items/42",
+        f"curl -i {base}/v1/search",
+        f"curl -i -X POST -H 'X-Error-Format: envelope' -d '{{}}' {base}/v1/orders",
+    ]
+    print(
+        "\nMendpoint is running in front of the demo API (Ctrl-C stops both). Try:\n\n  "
+        + "\n  ".join(lines)
+        + "\n",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Shared fixtures: real gateways on loopback in front of real aiohttp upstreams."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.app import GatewayServer
+from gateway.config.loader import LoadedConfig, load_config
+
+
+@dataclass
+class RunningGateway:
+    url: str
+    server: GatewayServer
+    session: aiohttp.ClientSession
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        return await self.session.request(method, self.url + path, **kwargs)
+
+
+StartGateway = Callable[..., Awaitable[RunningGateway]]
+StartUpstream = Callable[[web.Application], Awaitable[str]]
+
+
+def write_config(tmp_path: Path, config: dict[str, Any], name: str = "gateway.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def route_config(upstream: str, **route: Any) -> dict[str, Any]:
+    """A one-route config dict in front of `upstream`; route keys override the defaults."""
+    return {"routes": [{"name": "api", "prefix": "/", "upstream": upstream, **route}]}
+
+
+@pytest.fixture
+async def start_upstream() -> AsyncIterator[StartUpstream]:
+    servers: list[TestServer] = []
+
+    async def start(app: web.Application) -> str:
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
+    running: list[RunningGateway] = []
+
+    async def start(config: dict[str, Any] | LoadedConfig) -> RunningGateway:
+        loaded = (
+            config
+            if isinstance(config, LoadedConfig)
+            else load_config(str(write_config(tmp_path, config)))
+        )
+        server = GatewayServer(loaded)
+        host, port = await server.start("127.0.0.1:0")
+        session = aiohttp.ClientSession(auto_decompress=False)
+        gateway = RunningGateway(f"http://{host}:{port}", server, session)
+        running.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in running:
+        await gateway.session.close()
+        await gateway.server.stop()
