@@ -135,7 +135,7 @@ def additive(
     fields = error_object(failure, recovery, request_id)
     failure_block = failure_object(failure)
     existing = merged.get("error")
-    if existing is None and "error" not in merged:
+    if existing is None:
         merged["error"] = fields
     elif isinstance(existing, dict):
         merged["error"] = {**existing, **{k: v for k, v in fields.items() if k not in existing}}

@@ -71,9 +71,7 @@ def _index_statuses(rules: tuple[CompiledRule, ...]) -> dict[int, tuple[Compiled
         ranges = rule.statuses or ((FIRST_FAILURE_STATUS, 599),)
         for low, high in ranges:
             for status in range(low, high + 1):
-                bucket = buckets[status]
-                if not bucket or bucket[-1] is not rule:
-                    bucket.append(rule)
+                _append(buckets[status], rule)
     return {status: tuple(bucket) for status, bucket in buckets.items()}
 
 
@@ -83,5 +81,12 @@ def _index_transports(
     buckets: dict[TransportKind, list[CompiledRule]] = defaultdict(list)
     for rule in rules:
         for kind in rule.transports or ():
-            buckets[kind].append(rule)
+            _append(buckets[kind], rule)
     return {kind: tuple(bucket) for kind, bucket in buckets.items()}
+
+
+def _append(bucket: list[CompiledRule], rule: CompiledRule) -> None:
+    """Add in order, skipping duplicates and anything shadowed by an unconditional rule."""
+    if bucket and (bucket[-1] is rule or bucket[-1].unconditional):
+        return
+    bucket.append(rule)

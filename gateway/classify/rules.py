@@ -43,6 +43,20 @@ class CompiledRule:
     tool: Pattern | None
     jsonrpc_code: int | None
 
+    @property
+    def unconditional(self) -> bool:
+        """True when status/transport alone decide: no rule after it can ever be reached."""
+        return (
+            self.routes is None
+            and self.methods is None
+            and self.path is None
+            and not self.headers
+            and self.json_path is None
+            and self.body is None
+            and self.tool is None
+            and self.jsonrpc_code is None
+        )
+
     def matches(self, obs: Observation, regex_timeout_s: float) -> Captures | None:
         """Named captures when every condition holds, else None."""
         if self.routes is not None and obs.route not in self.routes:

@@ -1,0 +1,68 @@
+"""Imports point one way: failure → config → classify → envelope → proxy → app → cli."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
+LAYERS = {
+    "gateway": 0,
+    "gateway.failure": 0,
+    "gateway.config": 1,
+    "gateway.classify": 2,
+    "gateway.envelope": 3,
+    "gateway.proxy": 4,
+    "gateway.explain": 5,
+    "gateway.fixtures": 5,
+    "gateway.app": 6,
+    "gateway.cli": 7,
+    "gateway.__main__": 8,
+}
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        layer = LAYERS.get(".".join(parts[:end]))
+        if layer is not None and (end > 1 or module == "gateway"):
+            return layer
+    raise AssertionError(f"{module} is in no layer; add it to LAYERS")
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {n for n in names if n == "gateway" or n.startswith("gateway.")}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_no_module_imports_upward(path: Path) -> None:
+    own = layer_of(module_name(path))
+    upward = {name for name in imported(path) if layer_of(name) > own}
+    assert not upward, f"{module_name(path)} (layer {own}) imports upward: {sorted(upward)}"
+
+
+def test_only_observe_may_import_prometheus() -> None:
+    offenders = [
+        module_name(p)
+        for p in MODULES
+        if "prometheus_client" in p.read_text() and module_name(p) != "gateway.observe"
+    ]
+    assert offenders == []
