@@ -196,8 +196,7 @@ def _test(args: argparse.Namespace) -> int:
         if path.startswith("builtin:"):
             text = builtin_text(f"fixtures/{path.removeprefix('builtin:')}")
         else:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
+            text = _read_text(path)
         for result in run_fixtures(loaded, load_fixtures(text, path)):
             if result.passed:
                 passed += 1
@@ -208,6 +207,16 @@ def _test(args: argparse.Namespace) -> int:
                 print(f"    {mismatch}")
     print(f"{passed} passed, {failed} failed")
     return EXIT_OK if failed == 0 else EXIT_INVALID
+
+
+def _read_text(path: str) -> str:
+    """A fixture file's text; one that is not UTF-8 is a config problem, not a traceback."""
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError.single(path, None, "", f"not UTF-8 text ({exc.reason})") from None
 
 
 if __name__ == "__main__":

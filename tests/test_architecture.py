@@ -1,4 +1,4 @@
-"""Imports point one way: failure → config → classify → envelope → proxy → app → cli."""
+"""Imports point one way: failure → config → classify/resolve → envelope → proxy → app → cli."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
 LAYERS = {
     "gateway": 0,
     "gateway.failure": 0,
+    "gateway.observe": 0,
+    "gateway.streams": 0,
     "gateway.config": 1,
     "gateway.classify": 2,
+    "gateway.resolve": 2,
     "gateway.envelope": 3,
     "gateway.proxy": 4,
     "gateway.explain": 5,

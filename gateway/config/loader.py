@@ -7,6 +7,7 @@ file and line. Any problem anywhere becomes one `ConfigError` listing all of the
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -16,7 +17,9 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.config.errors import ConfigError, Problem
 from gateway.config.models import (
+    CallersSpec,
     CommandSpec,
+    KeysFile,
     GatewayConfig,
     PolicySpec,
     RouteSpec,
@@ -67,6 +70,9 @@ class LoadedConfig:
     companions: list[str] | None = None
     skills: list[SkillSpec] = field(default_factory=list)
     policies: list[PolicySpec] = field(default_factory=list)
+    skill_sources: dict[str, Sourced] = field(default_factory=dict)
+    policy_sources: list[Sourced] = field(default_factory=list)
+    callers: CallersSpec | None = None
     files: list[str] = field(default_factory=list)
     docs: dict[str, YamlDoc] = field(default_factory=dict)
 
@@ -109,10 +115,14 @@ def builtin_text(name: str) -> str:
 
 
 def _assemble(config: GatewayConfig, doc: YamlDoc, base_dir: str) -> LoadedConfig:
-    loaded = LoadedConfig(config=config, source=doc.file, companions=config.companions)
+    loaded = LoadedConfig(
+        config=config, source=doc.file, companions=config.companions, callers=config.callers
+    )
     if doc.file != "<command line>":
         loaded.files.append(os.path.abspath(doc.file))
     problems: list[Problem] = []
+    if config.callers is not None and config.callers.keys_file is not None:
+        problems.extend(_add_keys_file(loaded, config.callers, doc, base_dir))
     own = RulePack(
         rules=config.rules,
         commands=config.commands,
@@ -170,12 +180,20 @@ def _relocate(problems: list[Problem], file: str, line: int | None, index: int) 
 def _load_pack(entry: str, base_dir: str, loaded: LoadedConfig) -> tuple[RulePack, YamlDoc]:
     name = _builtin_name(entry)
     if name is not None:
-        doc = parse_yaml(builtin_text(name), f"{BUILTIN_PREFIX}{name}")
-    else:
-        path = entry if os.path.isabs(entry) else os.path.join(base_dir, entry)
-        doc = _read_yaml(path)
-        loaded.files.append(os.path.abspath(path))
+        pack, doc = _builtin_pack(name)
+        loaded.docs[doc.file] = doc
+        return pack, doc
+    path = entry if os.path.isabs(entry) else os.path.join(base_dir, entry)
+    doc = _read_yaml(path)
+    loaded.files.append(os.path.abspath(path))
     loaded.docs[doc.file] = doc
+    return validate_model(RulePack, doc), doc
+
+
+@functools.lru_cache(maxsize=32)
+def _builtin_pack(name: str) -> tuple[RulePack, YamlDoc]:
+    """Shipped packs never change while the process runs: parse each once (reloads included)."""
+    doc = parse_yaml(builtin_text(name), f"{BUILTIN_PREFIX}{name}")
     return validate_model(RulePack, doc), doc
 
 
@@ -207,8 +225,47 @@ def _add_pack(
         loaded.commands[command_id] = SourcedCommand(command, source)
     if pack.companions is not None:
         loaded.companions = sorted({*(loaded.companions or []), *pack.companions})
-    loaded.skills.extend(pack.skills)
-    loaded.policies.extend(pack.policies)
+    for index, skill in enumerate(pack.skills):
+        path = ("skills", index)
+        source = Sourced(doc.file, doc.line_of(path), path)
+        earlier = loaded.skill_sources.get(skill.name)
+        if earlier is not None:
+            message = f"skill {skill.name!r} already defined at {earlier.file}:{earlier.line}"
+            problems.append(Problem(doc.file, source.line, f"skills[{index}].name", message))
+            continue
+        loaded.skill_sources[skill.name] = source
+        loaded.skills.append(skill)
+    for index, policy in enumerate(pack.policies):
+        path = ("policies", index)
+        loaded.policy_sources.append(Sourced(doc.file, doc.line_of(path), path))
+        loaded.policies.append(policy)
+
+
+def _add_keys_file(
+    loaded: LoadedConfig, callers: CallersSpec, doc: YamlDoc, base_dir: str
+) -> list[Problem]:
+    """Merge `callers.keys_file` into the caller keys; duplicate names or keys are errors."""
+    assert callers.keys_file is not None
+    path = callers.keys_file
+    path = path if os.path.isabs(path) else os.path.join(base_dir, path)
+    try:
+        keys_doc = _read_yaml(path)
+        extra = validate_model(KeysFile, keys_doc).keys
+    except ConfigError as exc:
+        return exc.problems
+    loaded.files.append(os.path.abspath(path))
+    problems: list[Problem] = []
+    names = {k.name for k in callers.keys}
+    digests = {k.key for k in callers.keys}
+    for index, key in enumerate(extra):
+        line = keys_doc.line_of(("keys", index))
+        if key.name in names or key.key in digests:
+            problems.append(Problem(keys_doc.file, line, f"keys[{index}]",
+                                    "caller name or key hash already defined"))
+        names.add(key.name)
+        digests.add(key.key)
+    loaded.callers = callers.model_copy(update={"keys": [*callers.keys, *extra]})
+    return problems
 
 
 def _read_yaml(path: str) -> YamlDoc:

@@ -211,21 +211,49 @@ class RouteSpec(Strict):
         return upper
 
 
+_CALLER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.@:\-]{0,127}$"
+
+
 class CallerKey(Strict):
-    name: str
+    """An API key known only by its SHA-256: `sha256:` + 64 hex digits of the key."""
+
+    name: str = Field(pattern=_CALLER_NAME)
     key: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
     scopes: list[str] = Field(default_factory=list)
 
 
-class CallersSpec(Strict):
-    header: str = "X-Api-Key"
+class Principal(Strict):
+    """A caller named by a trusted header, with the scopes it holds."""
+
+    name: str = Field(pattern=_CALLER_NAME)
+    scopes: list[str] = Field(default_factory=list)
+
+
+class KeysFile(Strict):
+    """The file named by `callers.keys_file`: the same `keys:` list, kept out of the config."""
+
     keys: list[CallerKey] = Field(default_factory=list)
+
+
+class CallersSpec(Strict):
+    """Where caller identity comes from (SPEC §6.2); an unknown caller has no scopes."""
+
+    source: Literal["api_key", "trusted_header"] = "api_key"
+    header: str = Field(default="X-Api-Key", pattern=_HEADER_NAME.pattern)
+    keys: list[CallerKey] = Field(default_factory=list)
+    keys_file: str | None = None
+    principals: list[Principal] = Field(default_factory=list)
+    scopes_header: str | None = Field(default=None, pattern=_HEADER_NAME.pattern)
 
 
 class ResolverSpec(Strict):
     budget_ms: int = Field(default=50, ge=1, le=10_000)
     max_options: int = Field(default=3, ge=0, le=20)
-    url: str | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+(/[^#\s]*)?$")
+    breaker_failures: int = Field(default=3, ge=1, le=1000)
+    breaker_cooldown_s: float = Field(default=10, gt=0, le=3600)
+    cache_size: int = Field(default=1024, ge=0, le=1_000_000)
+    cache_ttl_s: float = Field(default=30, ge=0, le=86_400)
 
 
 class LimitsSpec(Strict):

@@ -27,6 +27,8 @@ def validate_loaded(loaded: LoadedConfig) -> list[Problem]:
     problems: list[Problem] = []
     problems.extend(_route_problems(loaded))
     problems.extend(_command_problems(loaded))
+    problems.extend(_catalog_problems(loaded))
+    problems.extend(_caller_problems(loaded))
     route_names = {route.name for route in loaded.config.routes}
     first_seen: dict[str, Sourced] = {}
     for rule in loaded.rules:
@@ -40,7 +42,11 @@ def validate_loaded(loaded: LoadedConfig) -> list[Problem]:
             problems.append(Problem(source.file, loaded.line_of(source, *field), dotted, message))
 
         previous = first_seen.setdefault(rule.spec.id, rule.source)
-        if previous is not rule.source:
+        if previous is not rule.source and rule.is_default:
+            # Point at the user's rule, not at a shipped file they cannot edit.
+            report(("id",), f"rule id {rule.spec.id!r} is taken by the shipped default at "
+                   f"{rule.source.file}:{rule.source.line}; choose another id", previous)
+        elif previous is not rule.source:
             report(
                 ("id",),
                 f"duplicate rule id {rule.spec.id!r} (first at {previous.file}:{previous.line})",
@@ -56,12 +62,12 @@ def _route_problems(loaded: LoadedConfig) -> list[Problem]:
     names: set[str] = set()
     prefixes: set[str] = set()
     for index, route in enumerate(loaded.config.routes):
-        line = doc.line_of(("routes", index)) if doc else None
+        at = ("routes", index)
         if route.name in names:
             problems.append(
                 Problem(
                     loaded.source,
-                    line,
+                    doc.line_of((*at, "name")) if doc else None,
                     f"routes[{index}].name",
                     f"duplicate route name {route.name!r}",
                 )
@@ -70,13 +76,54 @@ def _route_problems(loaded: LoadedConfig) -> list[Problem]:
             problems.append(
                 Problem(
                     loaded.source,
-                    line,
+                    doc.line_of((*at, "prefix")) if doc else None,
                     f"routes[{index}].prefix",
                     f"another route already has prefix {route.prefix!r}",
                 )
             )
         names.add(route.name)
         prefixes.add(route.prefix)
+    return problems
+
+
+def _catalog_problems(loaded: LoadedConfig) -> list[Problem]:
+    """A policy may only allow skills that exist and declare the intent it names."""
+    problems: list[Problem] = []
+    skills = {skill.name: skill for skill in loaded.skills}
+    for policy, source in zip(loaded.policies, loaded.policy_sources, strict=True):
+        for index, name in enumerate(policy.allow.skills):
+            skill = skills.get(name)
+            if skill is None:
+                message = f"no skill is named {name!r}"
+            elif policy.allow.intent not in skill.recovers:
+                message = f"skill {name!r} does not declare intent {policy.allow.intent!r}"
+            else:
+                continue
+            line = loaded.line_of(source, "allow", "skills", index)
+            field = f"policies[{source.path[1]}].allow.skills[{index}]"
+            problems.append(Problem(source.file, line, field, message))
+    return problems
+
+
+def _caller_problems(loaded: LoadedConfig) -> list[Problem]:
+    callers = loaded.config.callers
+    if callers is None:
+        return []
+    doc = loaded.docs.get(loaded.source)
+    problems: list[Problem] = []
+    seen_names: set[str] = set()
+    seen_keys: set[str] = set()
+    for index, key in enumerate(callers.keys):
+        if key.name in seen_names or key.key in seen_keys:
+            line = doc.line_of(("callers", "keys", index)) if doc else None
+            problems.append(Problem(loaded.source, line, f"callers.keys[{index}]",
+                                    "caller name or key hash already defined"))
+        seen_names.add(key.name)
+        seen_keys.add(key.key)
+    if callers.source == "trusted_header" and callers.keys:
+        line = doc.line_of(("callers", "keys")) if doc else None
+        problems.append(Problem(loaded.source, line, "callers.keys", "API keys are only used "
+                                "with source: api_key; name trusted callers under principals"))
     return problems
 
 

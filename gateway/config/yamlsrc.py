@@ -38,38 +38,47 @@ class YamlDoc:
 
 def parse_yaml(text: str, file: str) -> YamlDoc:
     """Parse one YAML document; raise `ConfigError` for syntax, duplicates or anchors."""
-    _refuse_anchors(text, file)
     try:
+        _refuse_anchors(text, file)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        raise ConfigError.single(file, line, "", f"invalid YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError.single(file, None, "", f"invalid YAML: {exc}") from None
+        raise _syntax_error(exc, text, file) from None
+    except RecursionError:
+        raise ConfigError.single(file, None, "", "invalid YAML: nested too deeply") from None
     doc = YamlDoc(file=file, data=None)
-    if node is None:
+    if node is None or node.tag == "tag:yaml.org,2002:null":  # empty, or just `---`
         doc.data = {}
         return doc
     problems: list[Problem] = []
-    doc.data = _build(node, (), doc, problems, yaml.SafeLoader(""))
+    try:
+        doc.data = _build(node, (), doc, problems, yaml.SafeLoader(""))
+    except RecursionError:
+        raise ConfigError.single(file, None, "", "invalid YAML: nested too deeply") from None
     if problems:
         raise ConfigError(problems)
     return doc
 
 
-def _refuse_anchors(text: str, file: str) -> None:
-    try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                line = event.start_mark.line + 1 if event.start_mark else None
-                raise ConfigError.single(
-                    file, line, "", "YAML anchors and aliases are not allowed; write values out"
-                )
-    except yaml.MarkedYAMLError as exc:
+def _syntax_error(exc: yaml.YAMLError, text: str, file: str) -> ConfigError:
+    """One located, one-line problem: PyYAML's own `str()` spans several lines."""
+    line: int | None = None
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
-        raise ConfigError.single(file, line, "", f"invalid YAML: {exc.problem or exc}") from None
+        message = ", ".join(part for part in (exc.context, exc.problem) if part) or message
+    elif isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, exc.position) + 1
+    return ConfigError.single(file, line, "", f"invalid YAML: {message}")
+
+
+def _refuse_anchors(text: str, file: str) -> None:
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1 if event.start_mark else None
+            raise ConfigError.single(
+                file, line, "", "YAML anchors and aliases are not allowed; write values out"
+            )
 
 
 def _build(
@@ -83,12 +92,21 @@ def _build(
         for index, item in enumerate(node.value):
             items.append(_build(item, (*path, index), doc, problems, loader))
         return items
-    try:
-        return loader.construct_object(node, deep=True)
-    except yaml.YAMLError as exc:
+    value, problem = _construct(node, loader)
+    if problem is not None:
         line = node.start_mark.line + 1
-        problems.append(Problem(doc.file, line, _dotted(path), f"invalid value: {exc}"))
-        return None
+        problems.append(Problem(doc.file, line, _dotted(path), f"invalid value: {problem}"))
+    return value
+
+
+def _construct(node: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, str | None]:
+    """A scalar's value, or None and a one-line reason (`!!int x` raises a bare ValueError)."""
+    try:
+        return loader.construct_object(node, deep=True), None
+    except yaml.MarkedYAMLError as exc:
+        return None, exc.problem or str(exc).splitlines()[0]
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError):
+        return None, f"{node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]}"
 
 
 def _build_mapping(
@@ -104,7 +122,11 @@ def _build_mapping(
         if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
             problems.append(Problem(doc.file, line, _dotted(path), "keys must be plain scalars"))
             continue
-        key = str(loader.construct_object(key_node))
+        key_value, problem = _construct(key_node, loader)
+        if problem is not None:
+            problems.append(Problem(doc.file, line, _dotted(path), f"invalid key: {problem}"))
+            continue
+        key = str(key_value)
         if key in result:
             first = doc.lines.get((*path, key))
             problems.append(
@@ -122,4 +144,8 @@ def _build_mapping(
 
 
 def _dotted(path: Path) -> str:
-    return ".".join(str(p) for p in path)
+    """`("rules", 0, "id")` → `rules[0].id`, the field style of every other problem."""
+    out = ""
+    for segment in path:
+        out += f"[{segment}]" if isinstance(segment, int) else (f".{segment}" if out else segment)
+    return out

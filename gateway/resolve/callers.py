@@ -1,0 +1,74 @@
+"""Who is calling, and with which scopes (SPEC §6.2).
+
+Identity comes from one configured source: an API-key header looked up by its SHA-256 (the
+config holds only hashes), or a trusted header that an auth layer in front has set. An unknown
+caller has no scopes. The key itself is hashed on arrival and never stored, logged or sent on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.config.models import CallersSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    name: str | None
+    scopes: frozenset[str]
+
+    @property
+    def known(self) -> bool:
+        return self.name is not None
+
+
+ANONYMOUS = Caller(None, frozenset())
+
+
+@dataclass(frozen=True, slots=True)
+class CallerDirectory:
+    source: str
+    header: str
+    by_digest: Mapping[str, Caller]
+    principals: Mapping[str, Caller]
+    scopes_header: str | None = None
+
+    @classmethod
+    def build(cls, spec: CallersSpec | None) -> CallerDirectory:
+        if spec is None:
+            return cls("none", "", {}, {})
+        by_digest = {
+            key.key.removeprefix("sha256:"): Caller(key.name, frozenset(key.scopes))
+            for key in spec.keys
+        }
+        by_name = {p.name: Caller(p.name, frozenset(p.scopes)) for p in spec.principals}
+        return cls(spec.source, spec.header, by_digest, by_name, spec.scopes_header)
+
+    def by_name(self, name: str) -> Caller | None:
+        """A configured caller by name (for `mendpoint explain --caller`)."""
+        for caller in (*self.by_digest.values(), *self.principals.values()):
+            if caller.name == name:
+                return caller
+        return None
+
+    def identify(self, headers: Mapping[str, str]) -> Caller:
+        if self.source == "none":
+            return ANONYMOUS
+        value = headers.get(self.header)
+        if not value:
+            return ANONYMOUS
+        if self.source == "api_key":
+            return self.by_digest.get(key_digest(value), ANONYMOUS)
+        name = value.strip()
+        known = self.principals.get(name, Caller(name, frozenset()))
+        if self.scopes_header is None:
+            return known
+        granted = headers.get(self.scopes_header, "")
+        extra = frozenset(s for s in granted.replace(",", " ").split() if s)
+        return Caller(name, known.scopes | extra)
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.strip().encode()).hexdigest()

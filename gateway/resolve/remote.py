@@ -1,0 +1,183 @@
+"""Calling a remote resolver: validated answers, a circuit breaker and a bounded TTL cache.
+
+The request carries only the failure, the caller's scopes and the operation: never the
+caller's `Authorization`, `Cookie` or API key. A resolver that errors, hangs, redirects,
+answers garbage or too much is a failure like any other: the breaker counts it, and the
+gateway sends the failure without options.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import aiohttp
+from pydantic import ValidationError
+
+from gateway.resolve.local import ResolveQuery
+from gateway.streams import read_capped
+from gateway.resolve.protocol import (
+    ResolveRequest,
+    ResolveResponse,
+    WireCaller,
+    WireContext,
+    WireFailure,
+    WireOption,
+)
+
+MAX_RESPONSE_BYTES = 256 * 1024
+
+
+class ResolverUnavailable(Exception):
+    """The remote resolver could not give a valid answer (or its circuit is open)."""
+
+
+class CircuitBreaker:
+    """Opens after `threshold` consecutive failures; after `cooldown_s` lets one call probe."""
+
+    def __init__(self, threshold: int, cooldown_s: float) -> None:
+        self.threshold = threshold
+        self.cooldown_s = cooldown_s
+        self.failures = 0
+        self.opened_at: float | None = None
+
+    def allow(self) -> bool:
+        if self.opened_at is None:
+            return True
+        if time.monotonic() - self.opened_at >= self.cooldown_s:
+            self.opened_at = time.monotonic()  # half-open: one probe per cool-down
+            return True
+        return False
+
+    @property
+    def open(self) -> bool:
+        return self.opened_at is not None
+
+    def success(self) -> None:
+        self.failures = 0
+        self.opened_at = None
+
+    def failure(self) -> None:
+        self.failures += 1
+        if self.failures >= self.threshold:
+            self.opened_at = time.monotonic()
+
+
+CacheKey = tuple[str, str, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    options: tuple[WireOption, ...]
+    expires: float
+
+
+class TTLCache:
+    """A small LRU with expiry: at most `size` entries, each valid for `ttl_s`."""
+
+    def __init__(self, size: int, ttl_s: float) -> None:
+        self.size = size
+        self.ttl_s = ttl_s
+        self._entries: OrderedDict[CacheKey, CachedAnswer] = OrderedDict()
+
+    def get(self, key: CacheKey) -> tuple[WireOption, ...] | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires < time.monotonic():
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return entry.options
+
+    def put(self, key: CacheKey, options: tuple[WireOption, ...]) -> None:
+        if self.size <= 0 or self.ttl_s <= 0:
+            return
+        self._entries[key] = CachedAnswer(options, time.monotonic() + self.ttl_s)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class RemoteResolver:
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float,
+        breaker: CircuitBreaker,
+        cache: TTLCache,
+    ) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.breaker = breaker
+        self.cache = cache
+        self._session: aiohttp.ClientSession | None = None
+
+    async def fetch(
+        self, query: ResolveQuery, route: str | None, tool: str | None
+    ) -> tuple[WireOption, ...]:
+        key = cache_key(query)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        if not self.breaker.allow():
+            raise ResolverUnavailable("circuit open")
+        try:
+            options = await self._post(query, route, tool)
+        except (ResolverUnavailable, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            self.breaker.failure()
+            raise ResolverUnavailable(str(exc) or type(exc).__name__) from exc
+        self.breaker.success()
+        self.cache.put(key, options)
+        return options
+
+    async def _post(
+        self, query: ResolveQuery, route: str | None, tool: str | None
+    ) -> tuple[WireOption, ...]:
+        body = ResolveRequest(
+            failure=WireFailure(category=query.category, code=query.code, intent=query.intent),
+            caller=WireCaller(scopes=sorted(query.scopes)),
+            context=WireContext(route=route, operation=query.operation, tool=tool),
+        )
+        session = self._client()
+        async with session.post(
+            self.url,
+            data=body.model_dump_json().encode(),
+            headers={"Content-Type": "application/json"},
+            allow_redirects=False,
+        ) as response:
+            if response.status != 200:
+                raise ResolverUnavailable(f"resolver answered {response.status}")
+            raw, complete = await read_capped(response.content, MAX_RESPONSE_BYTES)
+            if not complete:
+                raise ResolverUnavailable("resolver answer too large")
+        try:
+            parsed = ResolveResponse.model_validate_json(raw)
+        except ValidationError as exc:
+            message = f"invalid resolver answer ({exc.error_count()} errors)"
+            raise ResolverUnavailable(message) from exc
+        return tuple(parsed.options)
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+                raise_for_status=False,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def cache_key(query: ResolveQuery) -> CacheKey:
+    scopes = hashlib.sha256("\n".join(sorted(query.scopes)).encode()).hexdigest()[:16]
+    return (scopes, query.category.value, query.code, query.intent, query.operation)

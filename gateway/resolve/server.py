@@ -1,0 +1,77 @@
+"""`mendpoint resolver`: the remote-resolver endpoint served from a local catalog.
+
+A fleet of sidecars can point `resolver.url` here and share one central catalog. Requests are
+validated with the same pydantic models the client uses; a bad request gets a 400 that says
+what is wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from gateway.failure import Category
+from gateway.resolve.local import ResolveQuery, resolve_locally
+from gateway.resolve.protocol import ResolveRequest
+from gateway.resolve.service import RecoveryService
+
+RESOLVE_PATH = "/v1/resolve"
+MAX_REQUEST_BYTES = 64 * 1024
+SERVICE = web.AppKey("mendpoint_recovery", RecoveryService)
+
+
+def build_resolver_app(service: RecoveryService) -> web.Application:
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+    app[SERVICE] = service
+    app.router.add_post(RESOLVE_PATH, _resolve)
+    app.router.add_get("/healthz", _healthz)
+    return app
+
+
+async def _resolve(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"request body larger than {MAX_REQUEST_BYTES} bytes")
+    try:
+        body = ResolveRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:10]
+        )
+        return _error(400, f"invalid resolve request: {problems}")
+    query = ResolveQuery(
+        category=Category(body.failure.category),
+        code=body.failure.code,
+        intent=body.failure.intent,
+        scopes=frozenset(body.caller.scopes),
+        operation=body.context.operation,
+    )
+    catalog = service.catalog
+    if not catalog.declares(query.intent):
+        service.gaps.report(query.intent)
+    resolution = resolve_locally(catalog, query, service.max_options)
+    payload = {
+        "options": [option.to_json() for option in resolution.options],
+        "catalog_version": catalog.version,
+    }
+    return web.Response(body=dump(payload), content_type="application/json")
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    version = request.app[SERVICE].catalog.version
+    return web.Response(body=dump({"status": "ok", "catalog_version": version}),
+                        content_type="application/json")
+
+
+def dump(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, body=dump({"error": message}),
+                        content_type="application/json")

@@ -1,0 +1,97 @@
+"""The recovery block for one failure: local catalog or remote resolver, caller-scoped.
+
+The proxy calls `RecoveryService.recover` under `resolver.budget_ms`; whatever goes wrong
+(no skill, out of scope, policy, resolver error, budget) the caller sees the same
+`NO_RECOVERY` block. Only the logs and `mendpoint explain` say why.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from gateway.config.loader import LoadedConfig
+from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
+from gateway.observe import RESOLUTIONS, GapReporter
+from gateway.resolve.callers import Caller
+from gateway.resolve.catalog import Catalog
+from gateway.resolve.local import ResolveQuery, resolve_locally
+from gateway.resolve.remote import CircuitBreaker, RemoteResolver, ResolverUnavailable, TTLCache
+
+log = logging.getLogger("mendpoint.resolve")
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """Where the failure happened: what `then_retry` names and the resolver's context."""
+
+    operation: str
+    route: str | None = None
+    tool: str | None = None
+
+
+class RecoveryService:
+    def __init__(
+        self,
+        catalog: Catalog,
+        max_options: int,
+        remote: RemoteResolver | None = None,
+        gaps: GapReporter | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.max_options = max_options
+        self.remote = remote
+        self.gaps = gaps or GapReporter()
+
+    @classmethod
+    def build(cls, loaded: LoadedConfig) -> RecoveryService:
+        spec = loaded.config.resolver
+        remote = None
+        if spec.url is not None:
+            remote = RemoteResolver(
+                spec.url,
+                timeout_s=spec.budget_ms / 1000,
+                breaker=CircuitBreaker(spec.breaker_failures, spec.breaker_cooldown_s),
+                cache=TTLCache(spec.cache_size, spec.cache_ttl_s),
+            )
+        catalog = Catalog.build(loaded.skills, loaded.policies)
+        return cls(catalog, spec.max_options, remote)
+
+    def query(self, failure: Failure, caller: Caller, situation: Situation) -> ResolveQuery | None:
+        if failure.recovery_intent is None:
+            return None
+        return ResolveQuery(failure.category, failure.code, failure.recovery_intent,
+                            caller.scopes, situation.operation)
+
+    async def recover(self, failure: Failure, caller: Caller, situation: Situation) -> Recovery:
+        query = self.query(failure, caller, situation)
+        if query is None or self.max_options == 0:
+            return NO_RECOVERY
+        if self.remote is None:
+            return self._local(query)
+        try:
+            wire = await self.remote.fetch(query, situation.route, situation.tool)
+        except ResolverUnavailable as exc:
+            RESOLUTIONS.labels(outcome="error").inc()
+            log.warning("remote resolver unavailable (%s); no recovery options", exc)
+            return NO_RECOVERY
+        options = tuple(
+            RecoveryOption(rank, o.skill_name, o.skill_version, o.purpose, query.operation)
+            for rank, o in enumerate(wire[: self.max_options], start=1)
+        )
+        return self._counted(Recovery(options))
+
+    def _local(self, query: ResolveQuery) -> Recovery:
+        if not self.catalog.declares(query.intent):
+            self.gaps.report(query.intent)
+        resolution = resolve_locally(self.catalog, query, self.max_options)
+        return self._counted(Recovery(resolution.options))
+
+    @staticmethod
+    def _counted(recovery: Recovery) -> Recovery:
+        RESOLUTIONS.labels(outcome="options" if recovery.available else "none").inc()
+        return recovery if recovery.available else NO_RECOVERY
+
+    async def close(self) -> None:
+        if self.remote is not None:
+            await self.remote.close()
