@@ -19,8 +19,8 @@ from gateway.config.errors import ConfigError, Problem
 from gateway.config.models import (
     CallersSpec,
     CommandSpec,
-    KeysFile,
     GatewayConfig,
+    KeysFile,
     PolicySpec,
     RouteSpec,
     RulePack,

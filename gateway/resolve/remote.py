@@ -17,7 +17,6 @@ import aiohttp
 from pydantic import ValidationError
 
 from gateway.resolve.local import ResolveQuery
-from gateway.streams import read_capped
 from gateway.resolve.protocol import (
     ResolveRequest,
     ResolveResponse,
@@ -26,6 +25,7 @@ from gateway.resolve.protocol import (
     WireFailure,
     WireOption,
 )
+from gateway.streams import read_capped
 
 MAX_RESPONSE_BYTES = 256 * 1024
 
