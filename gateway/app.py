@@ -23,9 +23,10 @@ from gateway.proxy.upstream import make_session
 
 log = logging.getLogger("mendpoint")
 
+OVERLOADED_BODY = b"Gateway connection limit reached\n"
 OVERLOADED = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-    b"Content-Length: 32\r\nConnection: close\r\n\r\nGateway connection limit reached\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(OVERLOADED_BODY), OVERLOADED_BODY)
 )
 
 

@@ -6,8 +6,11 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from conftest import StartUpstream
+from test_resolve_local import CATALOG
 
 from gateway.failure import Category
 from gateway.resolve.catalog import Catalog
@@ -15,8 +18,6 @@ from gateway.resolve.local import ResolveQuery
 from gateway.resolve.remote import CircuitBreaker, RemoteResolver, ResolverUnavailable, TTLCache
 from gateway.resolve.server import build_resolver_app
 from gateway.resolve.service import RecoveryService
-from tests.conftest import StartUpstream
-from tests.test_resolve_local import CATALOG
 
 QUERY = ResolveQuery(
     Category.VALIDATION_ERROR,
@@ -35,7 +36,10 @@ def remote(
     )
 
 
-def handler_app(handler: web.Handler) -> tuple[web.Application, list[int]]:
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def handler_app(handler: Handler) -> tuple[web.Application, list[int]]:
     calls: list[int] = []
 
     async def counted(request: web.Request) -> web.StreamResponse:

@@ -260,8 +260,11 @@ def _add_keys_file(
     for index, key in enumerate(extra):
         line = keys_doc.line_of(("keys", index))
         if key.name in names or key.key in digests:
-            problems.append(Problem(keys_doc.file, line, f"keys[{index}]",
-                                    "caller name or key hash already defined"))
+            problems.append(
+                Problem(
+                    keys_doc.file, line, f"keys[{index}]", "caller name or key hash already defined"
+                )
+            )
         names.add(key.name)
         digests.add(key.key)
     loaded.callers = callers.model_copy(update={"keys": [*callers.keys, *extra]})

@@ -44,8 +44,12 @@ def validate_loaded(loaded: LoadedConfig) -> list[Problem]:
         previous = first_seen.setdefault(rule.spec.id, rule.source)
         if previous is not rule.source and rule.is_default:
             # Point at the user's rule, not at a shipped file they cannot edit.
-            report(("id",), f"rule id {rule.spec.id!r} is taken by the shipped default at "
-                   f"{rule.source.file}:{rule.source.line}; choose another id", previous)
+            report(
+                ("id",),
+                f"rule id {rule.spec.id!r} is taken by the shipped default at "
+                f"{rule.source.file}:{rule.source.line}; choose another id",
+                previous,
+            )
         elif previous is not rule.source:
             report(
                 ("id",),
@@ -116,14 +120,27 @@ def _caller_problems(loaded: LoadedConfig) -> list[Problem]:
     for index, key in enumerate(callers.keys):
         if key.name in seen_names or key.key in seen_keys:
             line = doc.line_of(("callers", "keys", index)) if doc else None
-            problems.append(Problem(loaded.source, line, f"callers.keys[{index}]",
-                                    "caller name or key hash already defined"))
+            problems.append(
+                Problem(
+                    loaded.source,
+                    line,
+                    f"callers.keys[{index}]",
+                    "caller name or key hash already defined",
+                )
+            )
         seen_names.add(key.name)
         seen_keys.add(key.key)
     if callers.source == "trusted_header" and callers.keys:
         line = doc.line_of(("callers", "keys")) if doc else None
-        problems.append(Problem(loaded.source, line, "callers.keys", "API keys are only used "
-                                "with source: api_key; name trusted callers under principals"))
+        problems.append(
+            Problem(
+                loaded.source,
+                line,
+                "callers.keys",
+                "API keys are only used "
+                "with source: api_key; name trusted callers under principals",
+            )
+        )
     return problems
 
 

@@ -89,13 +89,15 @@ async def answer_upstream_failure(
             prefix, complete = await read_capped(upstream.content, cap)
         except UPSTREAM_ERRORS as exc:
             return await answer_transport_failure(ctx, transport_kind(exc))
-    if not complete:
-        mode = _at_most_headers(mode)
     matched = (
         None
         if not complete
         else decoded_for_matching(prefix, upstream.headers.get("Content-Encoding", ""), cap)
     )
+    if matched is None:
+        # Not read whole, or encoded in a way that cannot be undone within the cap: the
+        # body cannot be rewritten without losing it, so it passes as is (headers only).
+        mode = _at_most_headers(mode)
     obs = ctx.observation(
         status=upstream.status,
         headers=upstream.headers,

@@ -5,12 +5,27 @@ from __future__ import annotations
 import logging
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from gateway.proxy.upstream import UPSTREAM_ERRORS
 
 log = logging.getLogger("mendpoint.proxy")
+
+
+class RelayResponse(web.StreamResponse):
+    """A StreamResponse that does not invent a Content-Type the upstream never sent.
+
+    aiohttp defaults a missing Content-Type to application/octet-stream while preparing the
+    headers; a transparent proxy must not, because the client would then see a type the
+    origin never claimed. The hook is aiohttp's own `_prepare_headers` step (3.14).
+    """
+
+    async def _prepare_headers(self) -> None:
+        had_type = hdrs.CONTENT_TYPE in self.headers
+        await super()._prepare_headers()
+        if not had_type:
+            self.headers.popall(hdrs.CONTENT_TYPE, None)
 
 
 async def relay(
@@ -26,7 +41,7 @@ async def relay(
     If the upstream fails mid-body the client connection is aborted: with the status line
     already sent, a cleanly ended short body would be mistaken for a complete one.
     """
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    response = RelayResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     await response.prepare(request)
     try:
         if already_read:

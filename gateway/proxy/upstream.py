@@ -26,7 +26,7 @@ def make_session(limits: LimitsSpec) -> aiohttp.ClientSession:
         enable_cleanup_closed=False,
         keepalive_timeout=limits.keepalive_timeout_s,
     )
-    return aiohttp.ClientSession(
+    session = aiohttp.ClientSession(
         connector=connector,
         cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=False,
@@ -37,6 +37,11 @@ def make_session(limits: LimitsSpec) -> aiohttp.ClientSession:
         max_line_size=limits.max_line_bytes * 2,
         max_field_size=limits.max_header_bytes * 2,
     )
+    # aiohttp resends an idempotent request once when the connection drops before the
+    # response head; the upstream may already have acted on the first copy, and the gateway
+    # promises exactly one upstream request per client request (SPEC §6.3).
+    session._retry_connection = False
+    return session
 
 
 def client_timeout(limits: LimitsSpec) -> aiohttp.ClientTimeout:

@@ -26,8 +26,15 @@ class Skill:
 
     @classmethod
     def from_spec(cls, spec: SkillSpec) -> Skill:
-        return cls(spec.name, spec.version, frozenset(spec.recovers), spec.repair, spec.purpose,
-                   frozenset(spec.scopes), spec.priority)
+        return cls(
+            spec.name,
+            spec.version,
+            frozenset(spec.recovers),
+            spec.repair,
+            spec.purpose,
+            frozenset(spec.scopes),
+            spec.priority,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +69,14 @@ class Catalog:
 def _version(skills: list[SkillSpec], policies: list[PolicySpec]) -> str:
     canonical = json.dumps(
         {
-            "skills": sorted((s.model_dump(mode="json") for s in skills),
-                             key=lambda d: json.dumps(d, sort_keys=True)),
-            "policies": sorted((p.model_dump(mode="json") for p in policies),
-                               key=lambda d: json.dumps(d, sort_keys=True)),
+            "skills": sorted(
+                (s.model_dump(mode="json") for s in skills),
+                key=lambda d: json.dumps(d, sort_keys=True),
+            ),
+            "policies": sorted(
+                (p.model_dump(mode="json") for p in policies),
+                key=lambda d: json.dumps(d, sort_keys=True),
+            ),
         },
         sort_keys=True,
         separators=(",", ":"),

@@ -64,8 +64,9 @@ async def _resolve(request: web.Request) -> web.Response:
 
 async def _healthz(request: web.Request) -> web.Response:
     version = request.app[SERVICE].catalog.version
-    return web.Response(body=dump({"status": "ok", "catalog_version": version}),
-                        content_type="application/json")
+    return web.Response(
+        body=dump({"status": "ok", "catalog_version": version}), content_type="application/json"
+    )
 
 
 def dump(value: Any) -> bytes:
@@ -73,5 +74,6 @@ def dump(value: Any) -> bytes:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.Response(status=status, body=dump({"error": message}),
-                        content_type="application/json")
+    return web.Response(
+        status=status, body=dump({"error": message}), content_type="application/json"
+    )

@@ -60,8 +60,13 @@ class RecoveryService:
     def query(self, failure: Failure, caller: Caller, situation: Situation) -> ResolveQuery | None:
         if failure.recovery_intent is None:
             return None
-        return ResolveQuery(failure.category, failure.code, failure.recovery_intent,
-                            caller.scopes, situation.operation)
+        return ResolveQuery(
+            failure.category,
+            failure.code,
+            failure.recovery_intent,
+            caller.scopes,
+            situation.operation,
+        )
 
     async def recover(self, failure: Failure, caller: Caller, situation: Situation) -> Recovery:
         query = self.query(failure, caller, situation)
