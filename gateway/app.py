@@ -46,6 +46,7 @@ def build_app(loaded: LoadedConfig) -> web.Application:
     app = web.Application()
     app[STATE] = GatewayState.build(loaded)
     app.cleanup_ctx.append(_upstream_session)
+    app.on_cleanup.append(_close_resolver)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
 
@@ -55,6 +56,10 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[SESSION] = session
     yield
     await session.close()
+
+
+async def _close_resolver(app: web.Application) -> None:
+    await app[STATE].recovery.close()
 
 
 class _Refuse(asyncio.Protocol):

@@ -14,16 +14,26 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway import __version__
 from gateway.app import UnsafeRuntime, serve_forever
 from gateway.config.errors import ConfigError
-from gateway.config.loader import LoadedConfig, builtin_text, embedded_config, load_config
+from gateway.config.loader import (
+    LoadedConfig,
+    builtin_text,
+    embedded_config,
+    load_catalog,
+    load_config,
+)
 from gateway.config.models import parse_host_port
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
+from gateway.resolve.callers import ANONYMOUS, CallerDirectory
+from gateway.resolve.server import RESOLVE_PATH, build_resolver_app
+from gateway.resolve.service import RecoveryService
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -83,7 +93,15 @@ def _parser() -> argparse.ArgumentParser:
         help="an upstream response header (repeatable)",
     )
     exp.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ENVELOPE.value)
+    exp.add_argument(
+        "--caller", help="resolve recovery options with this configured caller's scopes"
+    )
     exp.set_defaults(run=_explain)
+
+    resolver = sub.add_parser("resolver", help="serve the remote-resolver endpoint from a catalog")
+    resolver.add_argument("--config", required=True, help="a config, or a pack with skills:")
+    resolver.add_argument("--listen", default="127.0.0.1:8090", help="HOST:PORT to listen on")
+    resolver.set_defaults(run=_resolver)
 
     test = sub.add_parser("test", help="run rule fixture files against a config")
     _config_source(test)
@@ -133,6 +151,30 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _resolver(args: argparse.Namespace) -> int:
+    try:
+        host, port = parse_host_port(args.listen)
+    except ValueError as exc:
+        print(f"mendpoint resolver: --listen: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    service = RecoveryService.build(load_catalog(args.config))
+    print(
+        f"mendpoint resolver: catalog {service.catalog.version}, listening on "
+        f"http://{host}:{port}{RESOLVE_PATH}",
+        file=sys.stderr,
+        flush=True,
+    )
+    web.run_app(
+        build_resolver_app(service),
+        host=host,
+        port=port,
+        access_log=None,
+        print=None,
+        handle_signals=True,
+    )
+    return EXIT_OK
+
+
 def _explain(args: argparse.Namespace) -> int:
     if (args.status is None) == (args.transport is None):
         print("mendpoint explain: give exactly one of --status or --transport", file=sys.stderr)
@@ -158,7 +200,17 @@ def _explain(args: argparse.Namespace) -> int:
         body=body,
         transport=TransportKind(args.transport) if args.transport else None,
     )
-    result = explain(_load(args), sample, Mode(args.mode))
+    loaded = _load(args)
+    caller = ANONYMOUS
+    if args.caller:
+        found = CallerDirectory.build(loaded.callers).by_name(args.caller)
+        if found is None:
+            print(
+                f"mendpoint explain: no caller named {args.caller!r} in the config", file=sys.stderr
+            )
+            return EXIT_USAGE
+        caller = found
+    result = explain(loaded, sample, Mode(args.mode), caller=caller)
     if result.verdict is None:
         print(f"route: {result.route}\nno rule matched: the response would pass through")
         return EXIT_OK
@@ -178,6 +230,8 @@ def _explain(args: argparse.Namespace) -> int:
             )
         else:
             print("body: unchanged (the upstream's bytes)")
+    for skill, reason in result.filtered:
+        print(f"operator note: skill {skill} not offered: {reason}")
     return EXIT_OK
 
 

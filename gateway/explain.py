@@ -14,9 +14,12 @@ from gateway.classify import Classifier, Observation, Verdict
 from gateway.classify.render_failure import parse_retry_after
 from gateway.config.loader import LoadedConfig
 from gateway.envelope import Exchange, Rendering, render
-from gateway.failure import NO_RECOVERY, Mode, TransportKind
+from gateway.failure import NO_RECOVERY, Mode, Recovery, TransportKind
 from gateway.proxy.body import decoded_for_matching
 from gateway.proxy.routes import RouteTable
+from gateway.resolve.callers import ANONYMOUS, Caller
+from gateway.resolve.catalog import Catalog
+from gateway.resolve.local import ResolveQuery, resolve_locally
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,8 @@ class Explanation:
     route: str
     verdict: Verdict | None
     rendering: Rendering | None
+    filtered: tuple[tuple[str, str], ...] = ()
+    """Operator-only: skills that declare the intent but were left out, and why."""
 
 
 class SampleError(ValueError):
@@ -48,6 +53,7 @@ def explain(
     sample: Sample,
     mode: Mode = Mode.ENVELOPE,
     classifier: Classifier | None = None,
+    caller: Caller = ANONYMOUS,
 ) -> Explanation:
     routes = RouteTable(loaded.config.routes)
     route = routes.find(sample.path.partition("?")[0])
@@ -82,5 +88,16 @@ def explain(
         transport=sample.transport,
         upstream_retry_after=parse_retry_after(sample.headers.get("Retry-After")) is not None,
     )
-    rendering = render(mode, verdict.failure, NO_RECOVERY, exchange, loaded.config.headers.prefix)
-    return Explanation(route.spec.name, verdict, rendering)
+    failure = verdict.failure
+    recovery: Recovery = NO_RECOVERY
+    filtered: tuple[tuple[str, str], ...] = ()
+    if failure.recovery_intent is not None:
+        operation = route.spec.operation or f"{obs.method} {obs.path}"
+        query = ResolveQuery(
+            failure.category, failure.code, failure.recovery_intent, caller.scopes, operation
+        )
+        catalog = Catalog.build(loaded.skills, loaded.policies)
+        resolution = resolve_locally(catalog, query, loaded.config.resolver.max_options)
+        recovery, filtered = Recovery(resolution.options), resolution.filtered
+    rendering = render(mode, failure, recovery, exchange, loaded.config.headers.prefix)
+    return Explanation(route.spec.name, verdict, rendering, filtered)

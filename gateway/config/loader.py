@@ -89,6 +89,28 @@ def load_config(path: str) -> LoadedConfig:
     return _assemble(config, doc, os.path.dirname(os.path.abspath(path)))
 
 
+def load_catalog(path: str) -> LoadedConfig:
+    """For `mendpoint resolver`: a gateway config, or a bare rule pack holding the catalog.
+
+    A central resolver serves no routes, so a pack with only `skills:` and `policies:` is
+    enough; it is validated exactly as it would be inside a gateway config.
+    """
+    doc = _read_yaml(path)
+    if isinstance(doc.data, dict) and "routes" in doc.data:
+        return load_config(path)
+    pack = validate_model(RulePack, doc)
+    placeholder = RouteSpec(name="resolver", upstream="http://127.0.0.1:9")
+    config = GatewayConfig(routes=[placeholder], defaults=False)
+    loaded = LoadedConfig(config=config, source=doc.file, companions=pack.companions)
+    loaded.files.append(os.path.abspath(path))
+    problems: list[Problem] = []
+    _add_pack(loaded, pack, doc, problems, is_default=False)
+    problems = problems or validate_loaded(loaded)
+    if problems:
+        raise ConfigError(problems)
+    return loaded
+
+
 def embedded_config(upstream: str, listen: str = "127.0.0.1:8080") -> LoadedConfig:
     """The no-file default: one route `/` to `upstream`, shipped rules, mode additive."""
     data: dict[str, Any] = {

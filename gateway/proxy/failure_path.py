@@ -8,6 +8,7 @@ never makes a response worse than no gateway. `CancelledError` is never caught.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -18,13 +19,16 @@ from multidict import CIMultiDict
 
 from gateway.classify import Observation
 from gateway.envelope import Exchange, Rendering, render
-from gateway.failure import NO_RECOVERY, Mode, TransportKind
+from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery, TransportKind
+from gateway.observe import RESOLUTIONS
 from gateway.proxy.body import decoded_for_matching, read_capped
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
-from gateway.proxy.routes import Route
+from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
 from gateway.proxy.state import GatewayState
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
+from gateway.resolve.callers import Caller
+from gateway.resolve.service import Situation
 
 log = logging.getLogger("mendpoint.proxy")
 
@@ -45,16 +49,36 @@ BODY_BOUND_HEADERS = (
 STREAM_TYPES = ("text/event-stream", "multipart/x-mixed-replace")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass
 class Context:
-    """One request as the failure path needs it."""
+    """One request as the failure path needs it.
+
+    Who the caller is and which mode they get are worked out only here, on the failure path,
+    so the success path never hashes an API key or a rollout key.
+    """
 
     request: web.Request
     state: GatewayState
     route: Route
     request_id: str
     started: float
-    mode: Mode
+
+    @functools.cached_property
+    def caller(self) -> Caller:
+        return self.state.callers.identify(self.request.headers)
+
+    @functools.cached_property
+    def mode(self) -> Mode:
+        caller = self.caller
+        rollout_key = caller.name if caller.name is not None else f"peer:{self.request.remote}"
+        requested = self.request.headers.get(MODE_HEADER)
+        return choose_mode(self.route, requested, rollout_key, self.request_id)
+
+    @property
+    def situation(self) -> Situation:
+        spec = self.route.spec
+        operation = spec.operation or f"{self.request.method} {self.request.path}"
+        return Situation(operation=operation, route=spec.name)
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
@@ -172,10 +196,27 @@ async def _enrich(
     )
     if mode is Mode.ORIGINAL and exchange.transport is None:
         return None
-    recovery = NO_RECOVERY  # recovery resolution (SPEC §6) plugs in here
+    recovery = await _recover(ctx, failure)
     exchange = _with_duration(exchange, ctx.elapsed_ms())
     prefix = ctx.state.loaded.config.headers.prefix
     return render(mode, failure, recovery, exchange, prefix)
+
+
+async def _recover(ctx: Context, failure: Failure) -> Recovery:
+    """Recovery options within `resolver.budget_ms`; past it or on any error, none."""
+    if failure.recovery_intent is None:
+        return NO_RECOVERY
+    budget_s = ctx.state.loaded.config.resolver.budget_ms / 1000
+    try:
+        async with asyncio.timeout(budget_s):
+            return await ctx.state.recovery.recover(failure, ctx.caller, ctx.situation)
+    except TimeoutError:
+        RESOLUTIONS.labels(outcome="timeout").inc()
+        log.warning("recovery resolution over budget request_id=%s", ctx.request_id)
+    except Exception:
+        RESOLUTIONS.labels(outcome="error").inc()
+        log.exception("recovery resolution failed request_id=%s", ctx.request_id)
+    return NO_RECOVERY
 
 
 def _exchange(ctx: Context, obs: Observation, upstream: aiohttp.ClientResponse) -> Exchange:

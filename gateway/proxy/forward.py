@@ -23,8 +23,7 @@ from gateway.proxy.failure_path import (
 )
 from gateway.proxy.headers import client_response_headers, upstream_request_headers
 from gateway.proxy.relay import relay
-from gateway.proxy.routes import MODE_HEADER, choose_mode
-from gateway.proxy.state import SESSION, STATE, GatewayState
+from gateway.proxy.state import SESSION, STATE
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 
 log = logging.getLogger("mendpoint.proxy")
@@ -57,9 +56,6 @@ async def handle(request: web.Request) -> web.StreamResponse:
         route=route,
         request_id=request_id,
         started=started,
-        mode=choose_mode(
-            route, request.headers.get(MODE_HEADER), caller_key(request, state), request_id
-        ),
     )
     headers = upstream_request_headers(
         request.headers,
@@ -106,16 +102,6 @@ def request_id_of(request: web.Request) -> str:
     if value and len(value) <= 200 and all(0x21 <= ord(c) <= 0x7E for c in value):
         return value
     return uuid.uuid4().hex
-
-
-def caller_key(request: web.Request, state: GatewayState) -> str:
-    """A stable identity for rollout: the configured API-key header, else the peer address."""
-    callers = state.loaded.config.callers
-    if callers is not None:
-        value = request.headers.get(callers.header)
-        if value:
-            return value
-    return request.remote or ""
 
 
 def plain(status: int, text: str, request_id: str) -> web.Response:

@@ -14,6 +14,8 @@ from aiohttp import web
 from gateway.classify import Classifier
 from gateway.config.loader import LoadedConfig
 from gateway.proxy.routes import RouteTable
+from gateway.resolve.callers import CallerDirectory
+from gateway.resolve.service import RecoveryService
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +23,18 @@ class GatewayState:
     loaded: LoadedConfig
     classifier: Classifier
     routes: RouteTable
+    callers: CallerDirectory
+    recovery: RecoveryService
 
     @classmethod
     def build(cls, loaded: LoadedConfig) -> GatewayState:
-        return cls(loaded, Classifier(loaded), RouteTable(loaded.config.routes))
+        return cls(
+            loaded,
+            Classifier(loaded),
+            RouteTable(loaded.config.routes),
+            CallerDirectory.build(loaded.callers),
+            RecoveryService.build(loaded),
+        )
 
 
 STATE = web.AppKey("mendpoint_state", GatewayState)
