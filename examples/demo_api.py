@@ -29,6 +29,8 @@ GET      /v1/status            503     ``{"error","message"}`` + ``Retry-After: 
 GET      /v1/blob?size=N       200     N bytes of ``application/octet-stream``
                                        (default 1 MiB, capped at 64 MiB)
 GET      /v1/blob?size=bad     400     ``{"error":...}`` for a non-integer size
+POST     /v1/csv/normalize     200     CSV text → ``{"rows":[...]}``
+POST     /v1/csv/normalize     400     ``{"error":"Row at line 2 has 4 columns, expected 3"}``
 =======  ====================  ======  =========================================
 """
 
@@ -267,6 +269,22 @@ async def write_zeros(response: web.StreamResponse, size: int) -> None:
         remaining -= len(chunk)
 
 
+async def normalize_csv(request: web.Request) -> web.Response:
+    """A data service that rejects ragged CSV with a human-only message, as many do."""
+    text = (await request.text()).strip()
+    rows = [line.split(",") for line in text.splitlines() if line.strip()]
+    if not rows:
+        return json_response({"error": "Empty CSV: expected a header row"}, status=400)
+    expected = len(rows[0])
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != expected:
+            message = f"Row at line {line} has {len(row)} columns, expected {expected}"
+            return json_response({"error": message}, status=400)
+    header = [name.strip() for name in rows[0]]
+    records = [dict(zip(header, (v.strip() for v in row), strict=True)) for row in rows[1:]]
+    return json_response({"rows": records})
+
+
 def build_app() -> web.Application:
     """Assemble the demo routes; no state, so each call gives an independent app."""
     app = web.Application()
@@ -281,6 +299,7 @@ def build_app() -> web.Application:
     app.router.add_get("/v1/report", report)
     app.router.add_get("/v1/status", status)
     app.router.add_get("/v1/blob", blob)
+    app.router.add_post("/v1/csv/normalize", normalize_csv)
     return app
 
 

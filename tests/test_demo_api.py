@@ -291,3 +291,21 @@ def test_parse_listen(value: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_rejects(value: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="expected HOST:PORT"):
         parse_listen(value)
+
+
+@pytest.mark.parametrize(
+    ("csv", "status", "expected"),
+    [
+        ("a,b,c\n1,2,3\n", 200, {"rows": [{"a": "1", "b": "2", "c": "3"}]}),
+        ("a,b,c\n1,2,3,4\n", 400, {"error": "Row at line 2 has 4 columns, expected 3"}),
+        ("", 400, {"error": "Empty CSV: expected a header row"}),
+    ],
+    ids=["ok", "ragged", "empty"],
+)
+async def test_csv_normalize(
+    aiohttp_client: AiohttpClient, csv: str, status: int, expected: dict[str, object]
+) -> None:
+    client = await aiohttp_client(build_app())
+    response = await client.post("/v1/csv/normalize", data=csv)
+    assert response.status == status
+    assert await response.json() == expected
