@@ -347,3 +347,18 @@ async def test_catalog_gap_is_counted(
     await call(gateway, "/v1/csv/normalize")  # declared intent: not a gap
     await call(gateway, "/v1/json")
     assert gaps() == before + 2
+
+
+async def test_keys_and_hashes_never_reach_logs_or_responses(
+    start_gateway: StartGateway, upstream: tuple[Upstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    gateway = await start_gateway(config(upstream[1]))
+    _, response, raw = await call(gateway, "/v1/csv/normalize", "agent-a")
+    _, _, raw_b = await call(gateway, "/v1/csv/normalize", "agent-b")
+    key = KEYS["agent-a"]
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    exposed = caplog.text + raw.decode() + raw_b.decode() + str(dict(response.headers))
+    assert caplog.text  # the failure path did log something to inspect
+    assert key not in exposed and digest not in exposed
+    assert KEYS["agent-b"] not in exposed

@@ -86,7 +86,7 @@ def load_config(path: str) -> LoadedConfig:
     """Load and validate a config file and everything it includes."""
     doc = _read_yaml(path)
     config = validate_model(GatewayConfig, doc)
-    return _assemble(config, doc, os.path.dirname(os.path.abspath(path)))
+    return _assemble(config, doc, os.path.dirname(path) or ".")
 
 
 def load_catalog(path: str) -> LoadedConfig:
@@ -205,7 +205,7 @@ def _load_pack(entry: str, base_dir: str, loaded: LoadedConfig) -> tuple[RulePac
         pack, doc = _builtin_pack(name)
         loaded.docs[doc.file] = doc
         return pack, doc
-    path = entry if os.path.isabs(entry) else os.path.join(base_dir, entry)
+    path = entry if os.path.isabs(entry) else os.path.normpath(os.path.join(base_dir, entry))
     doc = _read_yaml(path)
     loaded.files.append(os.path.abspath(path))
     loaded.docs[doc.file] = doc
@@ -269,7 +269,7 @@ def _add_keys_file(
     """Merge `callers.keys_file` into the caller keys; duplicate names or keys are errors."""
     assert callers.keys_file is not None
     path = callers.keys_file
-    path = path if os.path.isabs(path) else os.path.join(base_dir, path)
+    path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
     try:
         keys_doc = _read_yaml(path)
         extra = validate_model(KeysFile, keys_doc).keys
