@@ -15,11 +15,17 @@ from collections.abc import AsyncIterator
 
 from aiohttp import helpers, web
 
-from gateway.config.loader import LoadedConfig
+from gateway.admin import build_admin_app
+from gateway.config.errors import ConfigError
+from gateway.config.loader import LoadedConfig, load_config
 from gateway.config.models import parse_host_port
+from gateway.logs import set_access_log
+from gateway.observe import READY, RELOADS
 from gateway.proxy.forward import handle
-from gateway.proxy.state import SESSION, STATE, GatewayState
+from gateway.proxy.state import SESSION, SIGNATURES, STATE, GatewayState, StateHolder
 from gateway.proxy.upstream import make_session
+from gateway.reload import ConfigWatcher
+from gateway.signatures import SignatureBook
 
 log = logging.getLogger("mendpoint")
 
@@ -42,9 +48,10 @@ def require_c_parser() -> None:
         )
 
 
-def build_app(loaded: LoadedConfig) -> web.Application:
+def build_app(loaded: LoadedConfig, signatures: SignatureBook | None = None) -> web.Application:
     app = web.Application()
-    app[STATE] = GatewayState.build(loaded)
+    app[STATE] = StateHolder(GatewayState.build(loaded))
+    app[SIGNATURES] = signatures or SignatureBook()
     app.cleanup_ctx.append(_upstream_session)
     app.on_cleanup.append(_close_resolver)
     app.router.add_route("*", "/{tail:.*}", handle)
@@ -52,14 +59,14 @@ def build_app(loaded: LoadedConfig) -> web.Application:
 
 
 async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
-    session = make_session(app[STATE].loaded.config.limits)
+    session = make_session(app[STATE].current.loaded.config.limits)
     app[SESSION] = session
     yield
     await session.close()
 
 
 async def _close_resolver(app: web.Application) -> None:
-    await app[STATE].recovery.close()
+    await app[STATE].current.recovery.close()
 
 
 class _Refuse(asyncio.Protocol):
@@ -69,15 +76,21 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
-class GatewayServer:
-    """A listening gateway: runner, listening socket and connection cap."""
+# Settings read once when the server starts; a reload that changes them is logged, not applied.
+RESTART_ONLY = ("listen", "admin", "limits", "shutdown")
 
-    def __init__(self, loaded: LoadedConfig) -> None:
+
+class GatewayServer:
+    """A running gateway: data listener with a connection cap, admin listener, reload, drain."""
+
+    def __init__(self, loaded: LoadedConfig, config_path: str | None = None) -> None:
         require_c_parser()
-        self.loaded = loaded
+        self.config_path = config_path
+        self.signatures = SignatureBook()
+        self.app = build_app(loaded, self.signatures)
         limits = loaded.config.limits
         self.runner = web.AppRunner(
-            build_app(loaded),
+            self.app,
             access_log=None,
             handle_signals=False,
             handler_cancellation=True,
@@ -85,11 +98,19 @@ class GatewayServer:
             max_line_size=limits.max_line_bytes,
             max_field_size=limits.max_header_bytes,
             max_headers=limits.max_headers,
-            shutdown_timeout=10,
+            shutdown_timeout=loaded.config.shutdown.grace_s,
         )
+        self.admin_runner: web.AppRunner | None = None
+        self.admin_address: tuple[str, int] | None = None
+        self.ready = False
         self._server: asyncio.Server | None = None
+        self._retired: set[asyncio.Task[None]] = set()
 
-    async def start(self, listen: str | None = None) -> tuple[str, int]:
+    @property
+    def loaded(self) -> LoadedConfig:
+        return self.app[STATE].current.loaded
+
+    async def start(self, listen: str | None = None, admin: str | None = None) -> tuple[str, int]:
         """Bind and serve; returns the bound address (port 0 picks a free port)."""
         await self.runner.setup()
         host, port = parse_host_port(listen or self.loaded.config.listen)
@@ -106,29 +127,133 @@ class GatewayServer:
         self._server = await loop.create_server(
             factory, host, port, reuse_address=True, backlog=1024
         )
+        if admin is not None:
+            self.admin_address = await self._start_admin(admin)
+        self._set_ready(True)
         sock: socket.socket = self._server.sockets[0]
         bound = sock.getsockname()
         return str(bound[0]), int(bound[1])
 
+    async def _start_admin(self, admin: str) -> tuple[str, int]:
+        self.admin_runner = web.AppRunner(
+            build_admin_app(lambda: self.ready, self.signatures), access_log=None
+        )
+        await self.admin_runner.setup()
+        host, port = parse_host_port(admin)
+        site = web.TCPSite(self.admin_runner, host, port, reuse_address=True)
+        await site.start()
+        server = site._server
+        assert isinstance(server, asyncio.Server)
+        bound = server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
+    def _set_ready(self, ready: bool) -> None:
+        self.ready = ready
+        READY.set(1 if ready else 0)
+
+    async def reload(self) -> bool:
+        """Load, validate and compile the config file; swap it in only if all of that worked.
+
+        Requests already running keep the state they started with. A bad file leaves the
+        running config in place and says why, with file and line.
+        """
+        if self.config_path is None:
+            log.warning("reload requested, but the gateway runs without a config file")
+            return False
+        loop = asyncio.get_running_loop()
+        try:
+            state = await loop.run_in_executor(None, _build_state, self.config_path)
+        except ConfigError as exc:
+            RELOADS.labels(result="failure").inc()
+            log.error("config reload failed; keeping the running config:\n%s", exc)
+            return False
+        holder = self.app[STATE]
+        old = holder.current
+        for key in RESTART_ONLY:
+            if getattr(old.loaded.config, key) != getattr(state.loaded.config, key):
+                log.warning("config reload: %r changed; it takes effect on restart", key)
+        holder.current = state
+        set_access_log(state.loaded.config.log.access)
+        RELOADS.labels(result="success").inc()
+        log.info("config reloaded from %s (%d rules)", self.config_path, len(state.loaded.rules))
+        self._retire(old)
+        return True
+
+    def _retire(self, old: GatewayState) -> None:
+        """Close the old state's resolver client once requests that may use it have ended."""
+        linger_s = old.loaded.config.enrich_budget_ms / 1000 * 2 + 1
+
+        async def close_later() -> None:
+            await asyncio.sleep(linger_s)
+            await old.recovery.close()
+
+        task = asyncio.get_running_loop().create_task(close_later())
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
+
+    async def drain(self) -> None:
+        """Readiness false, wait `drain_delay_s` for load balancers, then stop accepting."""
+        self._set_ready(False)
+        delay = self.loaded.config.shutdown.drain_delay_s
+        log.info("draining: not ready; closing listeners in %.1f s", delay)
+        await asyncio.sleep(delay)
+        if self._server is not None:
+            self._server.close()
+
     async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish within `shutdown.grace_s`, close."""
+        self._set_ready(False)
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
         await self.runner.cleanup()
+        if self.admin_runner is not None:
+            await self.admin_runner.cleanup()
+        for task in list(self._retired):
+            task.cancel()
 
 
-async def serve_forever(loaded: LoadedConfig, listen: str | None = None) -> None:
-    """Run until SIGINT/SIGTERM, then close listeners and let in-flight requests finish."""
-    server = GatewayServer(loaded)
-    host, port = await server.start(listen)
+def _build_state(path: str) -> GatewayState:
+    return GatewayState.build(load_config(path))
+
+
+async def serve_forever(
+    loaded: LoadedConfig,
+    listen: str | None = None,
+    admin: str | None = None,
+    config_path: str | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM; reload on SIGHUP and on config file changes; drain on exit."""
+    server = GatewayServer(loaded, config_path)
+    admin = admin or loaded.config.admin
+    host, port = await server.start(listen, admin)
     routes = ", ".join(f"{r.prefix} -> {r.upstream} ({r.mode.value})" for r in loaded.config.routes)
     log.info("mendpoint listening on http://%s:%d  routes: %s", host, port, routes)
+    if server.admin_address is not None:
+        log.info(
+            "admin listening on http://%s:%d (/metrics /healthz /readyz /gaps)",
+            *server.admin_address,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    pending: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = loop.create_task(server.reload())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    watcher = ConfigWatcher(lambda: server.loaded.files, server.reload)
+    if config_path is not None:
+        watcher.start()
     try:
         await stop.wait()
-    finally:
         log.info("mendpoint shutting down")
+        await server.drain()
+    finally:
+        await watcher.stop()
         await server.stop()
+        log.info("mendpoint stopped")

@@ -283,7 +283,7 @@ async def test_an_exception_while_enriching_sends_the_original_bytes(
     gateway = await start_gateway(config(upstream[1]))
     direct = await gateway.session.post(upstream[1] + "/v1/csv/normalize")
     expected = await direct.read()
-    classifier = gateway.server.runner.app[STATE].classifier
+    classifier = gateway.server.runner.app[STATE].current.classifier
 
     def explode(*args: object) -> None:
         raise RuntimeError("injected")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.failure import Category, Mode, TransportKind
 
@@ -184,7 +184,7 @@ DEFAULT_IDEMPOTENT = ["GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"]
 class RouteSpec(Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     prefix: str = Field(default="/", pattern=r"^/")
-    upstream: str
+    upstream: str | None = None
     type: Literal["http", "mcp"] = "http"
     mode: Mode = Mode.ADDITIVE
     client_override: bool = True
@@ -193,13 +193,41 @@ class RouteSpec(Strict):
     rollout: RolloutSpec | None = None
     preserve_host: bool = False
     strip_prefix: bool = False
+    # MCP routes only (SPEC §7): the DNS-rebinding defence and the stdio bridge.
+    allowed_origins: list[str] | None = None
+    allowed_hosts: list[str] | None = None
+    command: list[str] | None = Field(default=None, min_length=1)
+    session_idle_s: float = Field(default=300, gt=0, le=86_400)
 
     @field_validator("upstream")
     @classmethod
-    def _http_url(cls, value: str) -> str:
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", value):
             raise ValueError(f"{value!r} must be an http:// or https:// URL with a host")
         return value.rstrip("/")
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str] | None) -> list[str] | None:
+        for origin in value or []:
+            if origin != "*" and not re.match(r"^[a-z][a-z0-9+.\-]*://[^/?#\s]+$", origin):
+                raise ValueError(f"{origin!r} must be an origin such as https://app.example:8443")
+        return value
+
+    @model_validator(mode="after")
+    def _target(self) -> RouteSpec:
+        """An HTTP route needs an upstream URL; an MCP route an upstream URL or a command."""
+        if self.type == "http":
+            if self.upstream is None:
+                raise ValueError("upstream is required")
+            for key in ("allowed_origins", "allowed_hosts", "command"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is only for type: mcp routes")
+        elif (self.upstream is None) == (self.command is None):
+            raise ValueError("an mcp route needs exactly one of upstream (a URL) or command")
+        return self
 
     @field_validator("idempotent_methods")
     @classmethod
@@ -274,6 +302,37 @@ class LimitsSpec(Strict):
     regex_timeout_ms: int = Field(default=50, ge=1, le=10_000)
 
 
+class LogSpec(Strict):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "text"] = "json"
+    access: bool = True
+
+
+class ShutdownSpec(Strict):
+    """Graceful drain on SIGTERM: readiness goes false first, listeners close after the delay."""
+
+    drain_delay_s: float = Field(default=5, ge=0, le=600)
+    grace_s: float = Field(default=30, gt=0, le=3600)
+
+
+DEFAULT_TOOL_GUIDANCE = (
+    "If this tool fails, route on the fields of the mendpoint_failure item (error.code, "
+    "error.retryable, error.fix_required), prefer the skills it lists under recovery, and "
+    "never invent recovery skills."
+)
+
+
+class McpSpec(Strict):
+    """How MCP failures are delivered and how much request tracking may cost (SPEC §7)."""
+
+    failure_key: str = Field(default="mendpoint_failure", min_length=1, max_length=64)
+    tool_guidance: str = Field(default=DEFAULT_TOOL_GUIDANCE, max_length=1000)
+    tool_failure_extension: bool = True
+    max_tracked_requests: int = Field(default=1024, ge=1, le=1_000_000)
+    max_sessions: int = Field(default=4096, ge=1, le=1_000_000)
+    max_message_bytes: int = Field(default=16 << 20, ge=1024, le=1 << 30)
+
+
 class HeadersSpec(Strict):
     prefix: str = Field(default="X-Error-", pattern=r"^[A-Za-z0-9\-]+$")
 
@@ -282,7 +341,7 @@ class GatewayConfig(Strict):
     """The `mendpoint serve --config` file (SPEC §5.1)."""
 
     listen: str = "127.0.0.1:8080"
-    admin: str | None = None
+    admin: str | None = "127.0.0.1:9090"
     include: list[str] = Field(default_factory=list)
     defaults: bool = True
     routes: list[RouteSpec] = Field(min_length=1)
@@ -291,6 +350,9 @@ class GatewayConfig(Strict):
     enrich_budget_ms: int = Field(default=200, ge=1, le=60_000)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     headers: HeadersSpec = Field(default_factory=HeadersSpec)
+    mcp: McpSpec = Field(default_factory=McpSpec)
+    log: LogSpec = Field(default_factory=LogSpec)
+    shutdown: ShutdownSpec = Field(default_factory=ShutdownSpec)
     message_paths: list[str] = Field(
         default_factory=lambda: [
             "error.message",

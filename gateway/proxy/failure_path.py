@@ -18,14 +18,26 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.classify import Observation
+from gateway.classify.rules import CompiledRule
 from gateway.envelope import Exchange, Rendering, render
 from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery, TransportKind
-from gateway.observe import RESOLUTIONS
+from gateway.logs import AccessRecord
+from gateway.observe import (
+    ENVELOPES,
+    FAILURES,
+    FALLBACKS,
+    RESOLUTIONS,
+    RESOLVER_LATENCY,
+    UNMATCHED,
+    FallbackReason,
+    ResolverOutcome,
+    status_class,
+)
 from gateway.proxy.body import decoded_for_matching, read_capped
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
-from gateway.proxy.state import GatewayState
+from gateway.proxy.state import SIGNATURES, GatewayState
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
@@ -60,8 +72,11 @@ class Context:
     request: web.Request
     state: GatewayState
     route: Route
-    request_id: str
-    started: float
+    record: AccessRecord
+
+    @property
+    def request_id(self) -> str:
+        return self.record.request_id
 
     @functools.cached_property
     def caller(self) -> Caller:
@@ -81,7 +96,11 @@ class Context:
         return Situation(operation=operation, route=spec.name)
 
     def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.started) * 1000)
+        return int((time.monotonic() - self.record.started) * 1000)
+
+    def fell_back(self, reason: FallbackReason) -> None:
+        self.record.fallback = reason.value
+        FALLBACKS.labels(route=self.route.spec.name, reason=reason.value).inc()
 
     def observation(self, **fields: object) -> Observation:
         method = self.request.method
@@ -121,6 +140,12 @@ async def answer_upstream_failure(
     if matched is None:
         # Not read whole, or encoded in a way that cannot be undone within the cap: the
         # body cannot be rewritten without losing it, so it passes as is (headers only).
+        if (
+            mode in (Mode.ADDITIVE, Mode.ENVELOPE)
+            and not _has_no_body(ctx.request.method, upstream.status)
+            and not _is_stream(content_type)
+        ):
+            ctx.fell_back(FallbackReason.BODY_TOO_LARGE)
         mode = _at_most_headers(mode)
     obs = ctx.observation(
         status=upstream.status,
@@ -170,13 +195,18 @@ async def _enrich_or_none(
             rendering = await _enrich(ctx, obs, mode, exchange)
     except TimeoutError:
         log.warning("enrichment over budget; original response sent request_id=%s", ctx.request_id)
+        ctx.fell_back(FallbackReason.ENRICH_BUDGET)
         return None
     except Exception:
         log.exception("enrichment failed; original response sent request_id=%s", ctx.request_id)
+        ctx.fell_back(FallbackReason.EXCEPTION)
         return None
     if time.monotonic() - begun > budget_s:
         log.warning("enrichment over budget; original response sent request_id=%s", ctx.request_id)
+        ctx.fell_back(FallbackReason.ENRICH_BUDGET)
         return None
+    if rendering is not None and mode is not Mode.ORIGINAL:
+        ENVELOPES.labels(route=ctx.route.spec.name, mode=mode.value).inc()
     return rendering
 
 
@@ -194,6 +224,7 @@ async def _enrich(
         verdict.rule.origin,
         ctx.request_id,
     )
+    _count(ctx, obs, verdict.rule, failure, mode)
     if mode is Mode.ORIGINAL and exchange.transport is None:
         return None
     recovery = await _recover(ctx, failure)
@@ -202,20 +233,47 @@ async def _enrich(
     return render(mode, failure, recovery, exchange, prefix)
 
 
+def _count(
+    ctx: Context, obs: Observation, rule: CompiledRule, failure: Failure, mode: Mode
+) -> None:
+    """Every classification is counted, in every mode: shadow traffic shows what would change."""
+    route = ctx.route.spec.name
+    record = ctx.record
+    record.failure_code, record.rule, record.mode = failure.code, rule.id, mode.value
+    FAILURES.labels(
+        route=route,
+        category=failure.category.value,
+        code=failure.code,
+        rule=rule.id,
+        mode=mode.value,
+    ).inc()
+    if rule.is_default:
+        status = str(obs.status) if obs.status is not None else f"transport:{obs.transport}"
+        UNMATCHED.labels(route=route, status_class=_status_class_of(obs)).inc()
+        ctx.request.app[SIGNATURES].record(route, status, failure.message)
+
+
+def _status_class_of(obs: Observation) -> str:
+    return status_class(obs.status) if obs.status is not None else "transport"
+
+
 async def _recover(ctx: Context, failure: Failure) -> Recovery:
     """Recovery options within `resolver.budget_ms`; past it or on any error, none."""
     if failure.recovery_intent is None:
         return NO_RECOVERY
     budget_s = ctx.state.loaded.config.resolver.budget_ms / 1000
+    begun = time.monotonic()
     try:
         async with asyncio.timeout(budget_s):
             return await ctx.state.recovery.recover(failure, ctx.caller, ctx.situation)
     except TimeoutError:
-        RESOLUTIONS.labels(outcome="timeout").inc()
+        RESOLUTIONS.labels(outcome=ResolverOutcome.TIMEOUT.value).inc()
         log.warning("recovery resolution over budget request_id=%s", ctx.request_id)
     except Exception:
-        RESOLUTIONS.labels(outcome="error").inc()
+        RESOLUTIONS.labels(outcome=ResolverOutcome.ERROR.value).inc()
         log.exception("recovery resolution failed request_id=%s", ctx.request_id)
+    finally:
+        RESOLVER_LATENCY.observe(time.monotonic() - begun)
     return NO_RECOVERY
 
 

@@ -8,6 +8,7 @@ original bytes. Transport faults become synthesised 502/504 failures.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -15,6 +16,8 @@ import uuid
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.logs import AccessRecord
+from gateway.observe import IN_FLIGHT, REQUESTS, UPSTREAM_LATENCY, method_label, status_class
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.proxy.failure_path import (
     Context,
@@ -23,24 +26,48 @@ from gateway.proxy.failure_path import (
 )
 from gateway.proxy.headers import client_response_headers, upstream_request_headers
 from gateway.proxy.relay import relay
-from gateway.proxy.state import SESSION, STATE
+from gateway.proxy.state import SESSION, STATE, GatewayState
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 
 log = logging.getLogger("mendpoint.proxy")
 
 REQUEST_ID = "X-Request-Id"
+CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
-    """The single handler behind every route."""
-    state = request.app[STATE]
-    session = request.app[SESSION]
-    started = time.monotonic()
+    """The single handler behind every route: forward, then count and log the outcome."""
+    state = request.app[STATE].current
     request_id = request_id_of(request)
     target = request_target(request)
+    record = AccessRecord(request_id, request.method, request.path, time.monotonic())
+    IN_FLIGHT.inc()
+    try:
+        response = await forward(request, state, record, target)
+        record.status = response.status
+        return response
+    except asyncio.CancelledError:
+        record.status = CLIENT_CLOSED
+        raise
+    finally:
+        IN_FLIGHT.dec()
+        REQUESTS.labels(
+            route=record.route,
+            method=method_label(record.method),
+            status_class=status_class(record.status),
+        ).inc()
+        record.emit()
+
+
+async def forward(
+    request: web.Request, state: GatewayState, record: AccessRecord, target: str
+) -> web.StreamResponse:
+    """Exactly one upstream request; its answer streamed back or handed to the failure path."""
+    request_id = record.request_id
     route = state.routes.find(target.partition("?")[0])
     if route is None:
         return plain(404, "No route for this path", request_id)
+    record.route = route.spec.name
     limits = state.loaded.config.limits
     declared = request.content_length
     if declared is not None and declared > limits.max_request_body_bytes:
@@ -50,13 +77,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         body = RequestBody(
             request.content, limits.max_request_body_bytes, limits.request_body_timeout_s
         )
-    ctx = Context(
-        request=request,
-        state=state,
-        route=route,
-        request_id=request_id,
-        started=started,
-    )
+    ctx = Context(request=request, state=state, route=route, record=record)
     headers = upstream_request_headers(
         request.headers,
         peer=request.remote,
@@ -65,19 +86,24 @@ async def handle(request: web.Request) -> web.StreamResponse:
         preserve_host=route.spec.preserve_host,
         request_id=request_id,
     )
+    sent = time.monotonic()
     try:
-        upstream = await session.request(
+        upstream = await request.app[SESSION].request(
             request.method,
             route.upstream_url(target),
             headers=headers,
             data=body.chunks() if body is not None else None,
             allow_redirects=False,
             compress=False,
+            timeout=state.upstream_timeout,
         )
     except UPSTREAM_ERRORS as exc:
         if body is not None and body.failure is not None:
             return _body_failure(body.failure, request_id)
         return await answer_transport_failure(ctx, transport_kind(exc))
+    record.upstream_ms = (time.monotonic() - sent) * 1000
+    record.upstream_status = upstream.status
+    UPSTREAM_LATENCY.labels(route=record.route).observe(record.upstream_ms / 1000)
     try:
         if upstream.status < 400 and not state.classifier.has_rules_for(upstream.status):
             headers = client_response_headers(upstream.headers)

@@ -14,8 +14,10 @@ from aiohttp import web
 from gateway.classify import Classifier
 from gateway.config.loader import LoadedConfig
 from gateway.proxy.routes import RouteTable
+from gateway.proxy.upstream import client_timeout
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
+from gateway.signatures import SignatureBook
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,17 +27,28 @@ class GatewayState:
     routes: RouteTable
     callers: CallerDirectory
     recovery: RecoveryService
+    upstream_timeout: aiohttp.ClientTimeout
 
     @classmethod
     def build(cls, loaded: LoadedConfig) -> GatewayState:
+        """Compile everything a request needs; raises nothing a validated config can cause."""
         return cls(
             loaded,
             Classifier(loaded),
             RouteTable(loaded.config.routes),
             CallerDirectory.build(loaded.callers),
             RecoveryService.build(loaded),
+            client_timeout(loaded.config.limits),
         )
 
 
-STATE = web.AppKey("mendpoint_state", GatewayState)
+class StateHolder:
+    """The app's one mutable reference: a reload replaces `current` in a single assignment."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.current = state
+
+
+STATE = web.AppKey("mendpoint_state", StateHolder)
+SIGNATURES = web.AppKey("mendpoint_signatures", SignatureBook)
 SESSION = web.AppKey("mendpoint_session", aiohttp.ClientSession)

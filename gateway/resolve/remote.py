@@ -34,6 +34,10 @@ class ResolverUnavailable(Exception):
     """The remote resolver could not give a valid answer (or its circuit is open)."""
 
 
+class CircuitOpen(ResolverUnavailable):
+    """The breaker is open: the resolver was not called at all."""
+
+
 class CircuitBreaker:
     """Opens after `threshold` consecutive failures; after `cooldown_s` lets one call probe."""
 
@@ -126,7 +130,7 @@ class RemoteResolver:
         if cached is not None:
             return cached
         if not self.breaker.allow():
-            raise ResolverUnavailable("circuit open")
+            raise CircuitOpen("circuit open")
         try:
             options = await self._post(query, route, tool)
         except (ResolverUnavailable, aiohttp.ClientError, TimeoutError, ValueError) as exc:

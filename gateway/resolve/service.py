@@ -12,11 +12,17 @@ from dataclasses import dataclass
 
 from gateway.config.loader import LoadedConfig
 from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
-from gateway.observe import RESOLUTIONS, GapReporter
+from gateway.observe import RESOLUTIONS, GapReporter, ResolverOutcome
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery, resolve_locally
-from gateway.resolve.remote import CircuitBreaker, RemoteResolver, ResolverUnavailable, TTLCache
+from gateway.resolve.remote import (
+    CircuitBreaker,
+    CircuitOpen,
+    RemoteResolver,
+    ResolverUnavailable,
+    TTLCache,
+)
 
 log = logging.getLogger("mendpoint.resolve")
 
@@ -77,7 +83,12 @@ class RecoveryService:
         try:
             wire = await self.remote.fetch(query, situation.route, situation.tool)
         except ResolverUnavailable as exc:
-            RESOLUTIONS.labels(outcome="error").inc()
+            outcome = (
+                ResolverOutcome.CIRCUIT_OPEN
+                if isinstance(exc, CircuitOpen)
+                else (ResolverOutcome.ERROR)
+            )
+            RESOLUTIONS.labels(outcome=outcome.value).inc()
             log.warning("remote resolver unavailable (%s); no recovery options", exc)
             return NO_RECOVERY
         options = tuple(
@@ -94,7 +105,8 @@ class RecoveryService:
 
     @staticmethod
     def _counted(recovery: Recovery) -> Recovery:
-        RESOLUTIONS.labels(outcome="options" if recovery.available else "none").inc()
+        outcome = ResolverOutcome.OPTIONS if recovery.available else ResolverOutcome.NONE
+        RESOLUTIONS.labels(outcome=outcome.value).inc()
         return recovery if recovery.available else NO_RECOVERY
 
     async def close(self) -> None:

@@ -1,0 +1,75 @@
+"""Watching the loaded config files and asking for a reload when one changes.
+
+Polls the files' modification time, size and inode (portable, no extra dependency) and waits
+for them to stay unchanged for `debounce_s` before firing, so an editor's write-rename or a
+ConfigMap symlink swap triggers one reload, not several half-written ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
+
+log = logging.getLogger("mendpoint.reload")
+
+Fingerprint = tuple[tuple[str, int, int, int], ...]
+
+
+def fingerprint(files: Sequence[str]) -> Fingerprint:
+    """(path, mtime_ns, size, inode) for each file; a missing file counts as a change too."""
+    marks = []
+    for path in files:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            marks.append((path, -1, -1, -1))
+            continue
+        marks.append((path, stat.st_mtime_ns, stat.st_size, stat.st_ino))
+    return tuple(marks)
+
+
+class ConfigWatcher:
+    def __init__(
+        self,
+        files: Callable[[], Sequence[str]],
+        on_change: Callable[[], Awaitable[object]],
+        interval_s: float = 1.0,
+        debounce_s: float = 0.5,
+    ) -> None:
+        self._files = files
+        self._on_change = on_change
+        self._interval_s = interval_s
+        self._debounce_s = debounce_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        seen = fingerprint(self._files())
+        while True:
+            await asyncio.sleep(self._interval_s)
+            current = fingerprint(self._files())
+            if current == seen:
+                continue
+            while True:  # debounce: wait until the files stop changing
+                await asyncio.sleep(self._debounce_s)
+                settled = fingerprint(self._files())
+                if settled == current:
+                    break
+                current = settled
+            log.info("config file changed; reloading")
+            try:
+                await self._on_change()
+            except Exception:
+                log.exception("reload after a file change failed")
+            seen = fingerprint(self._files())

@@ -1,0 +1,74 @@
+"""The unmatched-errors report: which failures only a shipped default rule classified.
+
+Each such failure is reduced to a signature — route, status and the upstream's message with
+numbers, ids and quoted values masked — and counted in a bounded table (the space-saving
+top-N algorithm: when full, the least-counted entry is replaced). `mendpoint gaps` prints the
+top of it, so a team knows which rule to write next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+MAX_TEXT = 160
+_MASKS = (
+    (regex.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`"), "'…'"),
+    (
+        regex.compile(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+            r"[0-9a-fA-F]{12}\b"
+        ),
+        "<id>",
+    ),
+    (regex.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b"), "<email>"),
+    (regex.compile(r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b"), "<id>"),
+    (regex.compile(r"\d+(?:[.:,-]\d+)*"), "#"),
+    (regex.compile(r"\s+"), " "),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    route: str
+    status: str
+    text: str
+
+
+def normalise(message: str) -> str:
+    """The message with its variable parts masked, so one kind of error is one signature."""
+    text = message[: MAX_TEXT * 4]
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    text = text.strip()
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+class SignatureBook:
+    """Approximate top-N counts in bounded memory."""
+
+    def __init__(self, capacity: int = 200) -> None:
+        self.capacity = capacity
+        self._counts: dict[Signature, int] = {}
+
+    def record(self, route: str, status: str, message: str) -> None:
+        signature = Signature(route, status, normalise(message))
+        if signature in self._counts:
+            self._counts[signature] += 1
+        elif len(self._counts) < self.capacity:
+            self._counts[signature] = 1
+        else:
+            smallest = min(self._counts, key=self._counts.__getitem__)
+            floor = self._counts.pop(smallest)
+            self._counts[signature] = floor + 1
+
+    def top(self, limit: int = 20) -> list[tuple[Signature, int]]:
+        ranked = sorted(
+            self._counts.items(),
+            key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text),
+        )
+        return ranked[:limit]
+
+    def __len__(self) -> int:
+        return len(self._counts)
