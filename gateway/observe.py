@@ -12,11 +12,19 @@ import logging
 import time
 from enum import StrEnum
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 log = logging.getLogger("mendpoint.resolve")
 
+disable_created_metrics()  # `_created` series double the output and no dashboard uses them
 REGISTRY = CollectorRegistry(auto_describe=True)
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -44,8 +44,11 @@ class ConfigWatcher:
         self._interval_s = interval_s
         self._debounce_s = debounce_s
         self._task: asyncio.Task[None] | None = None
+        self._seen: Fingerprint = ()
 
     def start(self) -> None:
+        """Fingerprint now, so a change made right after starting is not taken as the baseline."""
+        self._seen = fingerprint(self._files())
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -55,7 +58,7 @@ class ConfigWatcher:
                 await self._task
 
     async def _run(self) -> None:
-        seen = fingerprint(self._files())
+        seen = self._seen
         while True:
             await asyncio.sleep(self._interval_s)
             current = fingerprint(self._files())
