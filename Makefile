@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run test test-slow lint typecheck check-all clean
+.PHONY: run test test-slow lint typecheck check-all clean mcp-servers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) lint typecheck
+# The real MCP peers the tests run (npm servers, the conformance suite, Node 22), pinned by
+# tests/mcp_servers/package-lock.json.
+MCP_SERVERS := tests/mcp_servers/node_modules/.package-lock.json
+$(MCP_SERVERS): tests/mcp_servers/package-lock.json
+	cd tests/mcp_servers && npm ci --no-audit --no-fund --loglevel=error
+	touch $(MCP_SERVERS)
+mcp-servers: $(MCP_SERVERS)
+
+test: $(STAMP) $(MCP_SERVERS) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
 test-slow: $(STAMP)

@@ -20,6 +20,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.loader import LoadedConfig, load_config
 from gateway.config.models import parse_host_port
 from gateway.logs import set_access_log
+from gateway.mcp import runtime as mcp_runtime
 from gateway.observe import READY, RELOADS
 from gateway.proxy.forward import handle
 from gateway.proxy.state import SESSION, SIGNATURES, STATE, GatewayState, StateHolder
@@ -52,6 +53,7 @@ def build_app(loaded: LoadedConfig, signatures: SignatureBook | None = None) -> 
     app = web.Application()
     app[STATE] = StateHolder(GatewayState.build(loaded))
     app[SIGNATURES] = signatures or SignatureBook()
+    mcp_runtime.install(app, loaded)
     app.cleanup_ctx.append(_upstream_session)
     app.on_cleanup.append(_close_resolver)
     app.router.add_route("*", "/{tail:.*}", handle)

@@ -31,6 +31,7 @@ from gateway.config.models import parse_host_port
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
+from gateway.mcp.stdio import run_stdio
 from gateway.resolve.callers import ANONYMOUS, CallerDirectory
 from gateway.resolve.server import RESOLVE_PATH, build_resolver_app
 from gateway.resolve.service import RecoveryService
@@ -102,6 +103,15 @@ def _parser() -> argparse.ArgumentParser:
     resolver.add_argument("--config", required=True, help="a config, or a pack with skills:")
     resolver.add_argument("--listen", default="127.0.0.1:8090", help="HOST:PORT to listen on")
     resolver.set_defaults(run=_resolver)
+
+    stdio = sub.add_parser(
+        "stdio",
+        help="run an MCP stdio server behind the gateway: stdio [--config F] -- CMD ARGS...",
+    )
+    stdio.add_argument("--config", help="gateway config file (its rules, packs and mcp: block)")
+    stdio.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ADDITIVE.value)
+    stdio.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    stdio.set_defaults(run=_stdio)
 
     test = sub.add_parser("test", help="run rule fixture files against a config")
     _config_source(test)
@@ -241,6 +251,15 @@ def _is_json(body: bytes) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _stdio(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("mendpoint stdio: give the server command after --", file=sys.stderr)
+        return EXIT_USAGE
+    loaded = load_config(args.config) if args.config else embedded_config("http://127.0.0.1:9")
+    return run_stdio(loaded, command, Mode(args.mode))
 
 
 def _test(args: argparse.Namespace) -> int:

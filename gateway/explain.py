@@ -33,6 +33,10 @@ class Sample:
     body: bytes = b""
     transport: TransportKind | None = None
     request_id: str = "explain-0000"
+    tool: str | None = None
+    jsonrpc_code: int | None = None
+    is_mcp: bool = False
+    """An MCP failure: `body` is a tool error's text or a JSON-RPC error object."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,10 @@ def explain(
         body=body,
         content_type=sample.headers.get("Content-Type", ""),
         idempotent=sample.method.upper() in route.idempotent,
+        tool=""
+        if sample.is_mcp and sample.tool is None and sample.jsonrpc_code is None
+        else sample.tool,
+        jsonrpc_code=sample.jsonrpc_code,
     )
     verdict = classifier.classify(obs)
     if verdict is None:

@@ -40,6 +40,31 @@ class FixtureResponse(Strict):
         return (self.body or "").encode()
 
 
+class FixtureRpcError(Strict):
+    code: int
+    message: str = ""
+    data: Any = None
+
+
+class FixtureMcp(Strict):
+    """An MCP failure: a tool error (the text of its text items) or a JSON-RPC error."""
+
+    tool: str | None = None
+    text: str | None = None
+    error: FixtureRpcError | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FixtureMcp:
+        if (self.text is None) == (self.error is None):
+            raise ValueError("give exactly one of text (a tool error) or error (a JSON-RPC error)")
+        return self
+
+    def body_bytes(self) -> bytes:
+        if self.error is not None:
+            return json.dumps(self.error.model_dump(exclude_unset=True)).encode()
+        return (self.text or "").encode()
+
+
 class FixtureExpect(Strict):
     matched: bool = True
     rule: str | None = None
@@ -58,12 +83,14 @@ class FixtureCase(Strict):
     request: FixtureRequest = Field(default_factory=FixtureRequest)
     response: FixtureResponse | None = None
     transport: TransportKind | None = None
+    mcp: FixtureMcp | None = None
     expect: FixtureExpect
 
     @model_validator(mode="after")
     def _one_outcome(self) -> FixtureCase:
-        if (self.response is None) == (self.transport is None):
-            raise ValueError("give exactly one of response or transport")
+        given = [x for x in (self.response, self.transport, self.mcp) if x is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of response, transport or mcp")
         return self
 
 
@@ -93,14 +120,18 @@ def run_fixtures(
 
 
 def _run_case(loaded: LoadedConfig, case: FixtureCase, classifier: Classifier) -> CaseResult:
-    response = case.response
+    response, mcp = case.response, case.mcp
+    body = response.body_bytes() if response else mcp.body_bytes() if mcp else b""
     sample = Sample(
-        method=case.request.method,
+        method=case.request.method if mcp is None else "POST",
         path=case.request.path,
         status=response.status if response else None,
         headers=CIMultiDict(response.headers if response else {}),
-        body=response.body_bytes() if response else b"",
+        body=body,
         transport=case.transport,
+        tool=mcp.tool if mcp else None,
+        jsonrpc_code=mcp.error.code if mcp and mcp.error else None,
+        is_mcp=mcp is not None,
     )
     result = explain(loaded, sample, classifier=classifier)
     expect = case.expect

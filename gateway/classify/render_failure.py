@@ -78,6 +78,8 @@ def upstream_message(obs: Observation, message_paths: tuple[str, ...]) -> str:
             value = json_path_get(body, split_json_path(path))
             if isinstance(value, str) and value.strip():
                 return str(value)
+    if obs.tool is not None and obs.jsonrpc_code is None and obs.text and obs.text.strip():
+        return obs.text  # an MCP tool error: its text items are the server's own message
     if obs.transport is not None:
         return _TRANSPORT_MESSAGES[obs.transport.value]
     if obs.status is not None:

@@ -31,7 +31,7 @@ from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
 
 BUILTIN_PREFIX = "builtin:"
-DEFAULT_PACKS = ("http-defaults",)
+DEFAULT_PACKS = ("http-defaults", "mcp-defaults")
 MAX_FILE_BYTES = 8 << 20
 
 M = TypeVar("M", bound=BaseModel)

@@ -17,6 +17,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.logs import AccessRecord
+from gateway.mcp.http_route import handle_mcp
 from gateway.observe import IN_FLIGHT, REQUESTS, UPSTREAM_LATENCY, method_label, status_class
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.proxy.failure_path import (
@@ -72,6 +73,8 @@ async def forward(
     declared = request.content_length
     if declared is not None and declared > limits.max_request_body_bytes:
         return plain(413, "Request body too large", request_id)
+    if route.spec.type == "mcp":
+        return await handle_mcp(request, Context(request, state, route, record), target)
     body = None
     if request.body_exists:
         body = RequestBody(

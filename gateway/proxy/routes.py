@@ -26,6 +26,8 @@ class Route:
 
     @classmethod
     def build(cls, spec: RouteSpec) -> Route:
+        if spec.upstream is None:  # an MCP bridge route: its upstream is a local command
+            return cls(spec, "", "", frozenset(spec.idempotent_methods))
         url = URL(spec.upstream)
         default_port = {"http": 80, "https": 443}[url.scheme]
         host = url.raw_host or ""

@@ -1,0 +1,270 @@
+"""The Streamable HTTP handler of a `type: mcp` route (both 2025-11-25 and 2026-07-28).
+
+POST, GET and DELETE go to the upstream exactly once with every header the proxy forwards
+(`Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`, `Mcp-Name`, every
+`Mcp-Param-*`). Requests in a POST body are registered in the session's table before sending,
+so their responses can be upgraded wherever they arrive. Status codes, `Content-Type`, 202s,
+non-JSON bodies and HTTP errors pass exactly as the upstream sent them; `application/json`
+bodies are read (up to `mcp.max_message_bytes`) only when a tracked response may be in them,
+and `text/event-stream` bodies are relayed event by event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.envelope import dump
+from gateway.failure import Mode
+from gateway.mcp.jsonrpc import (
+    Pending,
+    RequestTable,
+    may_be_response,
+    may_need_rewrite,
+    parse_message,
+    request_key,
+    requests_in,
+)
+from gateway.mcp.origin import refusal
+from gateway.mcp.runtime import MCP_RUNTIME
+from gateway.mcp.sse import relay_events
+from gateway.mcp.upgrade import Exchange, Outcome, Upgrader
+from gateway.proxy.body import read_capped
+from gateway.proxy.failure_path import BODY_BOUND_HEADERS, Context, answer_transport_failure
+from gateway.proxy.headers import client_response_headers, upstream_request_headers
+from gateway.proxy.relay import RelayResponse, relay
+from gateway.proxy.state import SESSION
+from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
+from gateway.resolve.callers import Caller
+
+log = logging.getLogger("mendpoint.mcp")
+
+SESSION_HEADER = "Mcp-Session-Id"
+REQUEST_ID = "X-Request-Id"
+
+
+@dataclass
+class HttpExchange:
+    """The `Exchange` of one HTTP request: mode and caller come from the proxy's context."""
+
+    ctx: Context
+
+    @property
+    def route_name(self) -> str:
+        return self.ctx.route.spec.name
+
+    @property
+    def path(self) -> str:
+        return self.ctx.request.path
+
+    @property
+    def mode(self) -> Mode:
+        return self.ctx.mode
+
+    @property
+    def caller(self) -> Caller:
+        return self.ctx.caller
+
+    @property
+    def request_id(self) -> str:
+        return self.ctx.request_id
+
+    @property
+    def idempotent(self) -> bool:
+        return "POST" in self.ctx.route.idempotent
+
+
+class Tracker:
+    """This POST's own requests, plus the session's table shared with its GET streams."""
+
+    def __init__(self, local: RequestTable, shared: RequestTable | None) -> None:
+        self.local = local
+        self.shared = shared
+
+    def __bool__(self) -> bool:
+        """Whether any response in this exchange could be a tracked one."""
+        return bool(self.local) or self.shared is not None
+
+    def pop(self, message: Any) -> Pending | None:
+        if not isinstance(message, dict) or "method" in message:
+            return None
+        key = request_key(message.get("id"))
+        if key is None:
+            return None
+        found = self.local.pop(key)
+        shared = self.shared.pop(key) if self.shared is not None else None
+        return found or shared
+
+
+async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.StreamResponse:
+    """Serve one Streamable HTTP request of an MCP route."""
+    spec = ctx.route.spec
+    why = refusal(request.headers.get("Origin"), request.headers.get("Host"), spec)
+    if why is not None:
+        return _plain(403, why, ctx.request_id)
+    runtime = request.app[MCP_RUNTIME]
+    limits = ctx.state.loaded.config.limits
+    body = b""
+    if request.body_exists:
+        try:
+            async with asyncio.timeout(limits.request_body_timeout_s):
+                body, whole = await read_capped(request.content, limits.max_request_body_bytes)
+        except TimeoutError:
+            return _plain(408, "Request body not received in time", ctx.request_id)
+        if not whole:
+            return _plain(413, "Request body too large", ctx.request_id)
+    session_id = request.headers.get(SESSION_HEADER)
+    settings = ctx.state.loaded.config.mcp
+    local = RequestTable(settings.max_tracked_requests)
+    shared = (
+        runtime.sessions.table(session_id) if session_id and request.method != "DELETE" else None
+    )
+    if request.method == "POST" and body:
+        for key, pending in requests_in(parse_message(body)):
+            local.add(key, pending)
+            if shared is not None:
+                shared.add(key, pending)
+    elif request.method != "GET":
+        shared = None  # only a GET stream can carry responses to earlier POSTs
+    headers = upstream_request_headers(
+        request.headers,
+        peer=request.remote,
+        scheme=request.scheme,
+        upstream_host=ctx.route.upstream_host,
+        preserve_host=spec.preserve_host,
+        request_id=ctx.request_id,
+    )
+    try:
+        upstream = await request.app[SESSION].request(
+            request.method,
+            ctx.route.upstream_url(target),
+            headers=headers,
+            data=body if request.body_exists else None,
+            allow_redirects=False,
+            compress=False,
+        )
+    except UPSTREAM_ERRORS as exc:
+        return await answer_transport_failure(ctx, transport_kind(exc))
+    try:
+        if request.method == "DELETE" and upstream.status < 300 and session_id:
+            runtime.sessions.drop(session_id)
+        tracker = Tracker(local, shared)
+        state = ctx.state
+        upgrader = runtime.upgrader(state, state.loaded, state.classifier, state.recovery)
+        return await _respond(request, ctx, upstream, tracker, upgrader)
+    finally:
+        upstream.release()
+
+
+async def _respond(
+    request: web.Request,
+    ctx: Context,
+    upstream: aiohttp.ClientResponse,
+    tracker: Tracker,
+    upgrader: Upgrader,
+) -> web.StreamResponse:
+    headers = client_response_headers(upstream.headers)
+    headers[REQUEST_ID] = ctx.request_id
+    media = upstream.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if upstream.status != 200 or not tracker or request.method == "HEAD":
+        return await relay(request, upstream, headers)
+    if media == "text/event-stream":
+        return await _relay_stream(request, ctx, upstream, headers, tracker, upgrader)
+    if media == "application/json" and "Content-Encoding" not in upstream.headers:
+        return await _answer_json(request, ctx, upstream, headers, tracker, upgrader)
+    return await relay(request, upstream, headers)
+
+
+async def _answer_json(
+    request: web.Request,
+    ctx: Context,
+    upstream: aiohttp.ClientResponse,
+    headers: CIMultiDict[str],
+    tracker: Tracker,
+    upgrader: Upgrader,
+) -> web.StreamResponse:
+    cap = ctx.state.loaded.config.mcp.max_message_bytes
+    try:
+        raw, whole = await read_capped(upstream.content, cap)
+    except UPSTREAM_ERRORS as exc:
+        return await answer_transport_failure(ctx, transport_kind(exc))
+    if not whole:
+        return await relay(request, upstream, headers, raw)
+    new, extra = await rewrite_payload(raw, tracker, upgrader, HttpExchange(ctx))
+    headers.extend(extra)
+    if new is None:
+        return await relay(request, upstream, headers, raw, complete=True)
+    for name in BODY_BOUND_HEADERS:
+        headers.popall(name, None)
+    return web.Response(status=upstream.status, reason=upstream.reason, body=new, headers=headers)
+
+
+async def _relay_stream(
+    request: web.Request,
+    ctx: Context,
+    upstream: aiohttp.ClientResponse,
+    headers: CIMultiDict[str],
+    tracker: Tracker,
+    upgrader: Upgrader,
+) -> web.StreamResponse:
+    response = RelayResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    await response.prepare(request)
+    exchange = HttpExchange(ctx)
+
+    async def rewrite(data: bytes) -> bytes | None:
+        new, _ = await rewrite_payload(data, tracker, upgrader, exchange)
+        return new
+
+    try:
+        await relay_events(
+            upstream.content.iter_any(),
+            response.write,
+            rewrite,
+            ctx.state.loaded.config.mcp.max_message_bytes,
+        )
+    except UPSTREAM_ERRORS as exc:
+        log.info("MCP event stream from upstream ended early (%s)", type(exc).__name__)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+    await response.write_eof()
+    return response
+
+
+async def rewrite_payload(
+    raw: bytes, tracker: Tracker, upgrader: Upgrader, exchange: Exchange
+) -> tuple[bytes | None, list[tuple[str, str]]]:
+    """A JSON-RPC message (or batch) with tracked responses upgraded; None when unchanged."""
+    if not may_be_response(raw):
+        return None, []
+    message = parse_message(raw)
+    batch = message if isinstance(message, list) else [message]
+    pendings = [tracker.pop(item) for item in batch]
+    if not any(pendings) or not may_need_rewrite(raw):
+        return None, []
+    outcomes: list[Outcome | None] = []
+    for item, pending in zip(batch, pendings, strict=True):
+        outcomes.append(
+            None if pending is None else await upgrader.upgrade(item, pending, exchange)
+        )
+    headers = next((o.headers for o in outcomes if o is not None and o.headers), [])
+    if all(o is None or o.message is None for o in outcomes):
+        return None, headers
+    out = [
+        o.message if o is not None and o.message is not None else item
+        for item, o in zip(batch, outcomes, strict=True)
+    ]
+    return dump(out if isinstance(message, list) else out[0]), headers
+
+
+def _plain(status: int, text: str, request_id: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n", headers={REQUEST_ID: request_id})
+
+
+__all__ = ["handle_mcp"]

@@ -1,0 +1,126 @@
+"""JSON-RPC messages as the gateway sees them, and the bounded tables of requests in flight.
+
+A response carries only its request's `id`, so the gateway remembers, per MCP session, which
+method (and, for `tools/call`, which tool) each id it forwarded belongs to. A response can then
+be tied to its request wherever it arrives: on the POST that sent it, or on a resumed GET
+stream. Tables are bounded (oldest entry evicted first) because a client may send requests
+that never get an answer; memory never grows with them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+RequestKey = tuple[bool, str | int]
+"""A JSON-RPC id made hashable without letting `1` and `"1"` collide."""
+
+# Responses to these carry the session's contract, never a failure to upgrade (SPEC §7).
+UNTOUCHED_METHODS = frozenset({"initialize", "server/discover"})
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What an outstanding request asked for: its method and, for `tools/call`, the tool."""
+
+    method: str
+    tool: str | None = None
+
+
+def request_key(value: Any) -> RequestKey | None:
+    """The table key of a JSON-RPC id; None for ids that are not strings or integers."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return (isinstance(value, str), value)
+
+
+def requests_in(message: Any) -> Iterator[tuple[RequestKey, Pending]]:
+    """The requests (not notifications or responses) in one message or a batch."""
+    for item in message if isinstance(message, list) else (message,):
+        if not isinstance(item, dict):
+            continue
+        method = item.get("method")
+        key = request_key(item.get("id"))
+        if not isinstance(method, str) or key is None or method in UNTOUCHED_METHODS:
+            continue
+        tool = None
+        params = item.get("params")
+        if method == "tools/call" and isinstance(params, dict):
+            name = params.get("name")
+            tool = name if isinstance(name, str) else None
+        yield key, Pending(method, tool)
+
+
+def parse_message(raw: bytes | str) -> Any:
+    """A JSON value, or None when the text is not JSON (such lines pass through untouched)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def may_be_response(raw: bytes) -> bool:
+    """Cheap byte test run before any parsing: could this hold a JSON-RPC response?"""
+    return b'"id"' in raw and (b'"result"' in raw or b'"error"' in raw)
+
+
+def may_need_rewrite(raw: bytes) -> bool:
+    """Could a response need upgrading? A tool error, a JSON-RPC error, or a tool list."""
+    return b'"isError"' in raw or b'"error"' in raw or b'"tools"' in raw
+
+
+class RequestTable:
+    """Requests awaiting a response, at most `capacity` of them; the oldest is evicted first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._pending: OrderedDict[RequestKey, Pending] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, key: RequestKey, pending: Pending) -> None:
+        self._pending[key] = pending
+        self._pending.move_to_end(key)
+        while len(self._pending) > self.capacity:
+            self._pending.popitem(last=False)
+
+    def pop(self, key: RequestKey) -> Pending | None:
+        return self._pending.pop(key, None)
+
+    def drain(self) -> list[tuple[RequestKey, Pending]]:
+        """Everything still pending (e.g. to answer it when the server died), emptying the table."""
+        items = list(self._pending.items())
+        self._pending.clear()
+        return items
+
+
+class SessionTables:
+    """One `RequestTable` per MCP session id, the least recently used session evicted first."""
+
+    def __init__(self, max_sessions: int, per_session: int) -> None:
+        self.max_sessions = max_sessions
+        self.per_session = per_session
+        self._tables: OrderedDict[str, RequestTable] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    def table(self, session_id: str) -> RequestTable:
+        table = self._tables.get(session_id)
+        if table is None:
+            table = self._tables[session_id] = RequestTable(self.per_session)
+            while len(self._tables) > self.max_sessions:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(session_id)
+        return table
+
+    def find(self, session_id: str) -> RequestTable | None:
+        return self._tables.get(session_id)
+
+    def drop(self, session_id: str) -> None:
+        self._tables.pop(session_id, None)

@@ -1,0 +1,149 @@
+"""Pure rewrites of MCP results: tool errors, JSON-RPC errors and `tools/list` (SPEC §7).
+
+Each function takes a decoded message part and returns a new one, or None when it must stay
+exactly as the server sent it. Nothing here removes or changes what the server wrote: a tool
+error keeps every content item and its `structuredContent`; a JSON-RPC error keeps `code`,
+`message` and any `data` that is not an object.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.failure import Category, Failure
+
+FAILURE_META_KEY = "mendpoint/failure"
+TOOL_FAILURE_KEY = "io.modelcontextprotocol/toolFailure"
+# URL elicitation required, and the error codes of the 2026 multi-round and task flows: the
+# client acts on them as they are.
+UNTOUCHED_ERROR_CODES = frozenset({-32042, -32020, -32021, -32022})
+COMPLETE = "complete"
+
+_GOVERNANCE = frozenset(
+    {Category.AUTH_REQUIRED, Category.PERMISSION_DENIED, Category.POLICY_DENIED}
+)
+# The draft's recommended baseline codes (SEP-3313), by category; others keep the rule's code.
+_BASELINE_CODES = {
+    Category.VALIDATION_ERROR: "invalid_input",
+    Category.NOT_FOUND: "resource_not_found",
+    Category.AUTH_REQUIRED: "auth_required",
+    Category.PERMISSION_DENIED: "permission_denied",
+    Category.POLICY_DENIED: "policy_blocked",
+}
+
+
+def is_tool_error(result: Any) -> bool:
+    """A final `CallToolResult` with `isError: true` (not an input-required or task result)."""
+    return (
+        isinstance(result, dict)
+        and result.get("isError") is True
+        and result.get("resultType", COMPLETE) == COMPLETE
+        and "task" not in result
+    )
+
+
+def tool_error_text(result: dict[str, Any]) -> str:
+    """The text of the result's text items, joined by newlines: what body rules look at."""
+    content = result.get("content")
+    if not isinstance(content, list):
+        return ""
+    texts = [
+        item["text"]
+        for item in content
+        if isinstance(item, dict)
+        and item.get("type") == "text"
+        and isinstance(item.get("text"), str)
+    ]
+    return "\n".join(texts)
+
+
+def upgraded_tool_result(
+    result: dict[str, Any],
+    payload: dict[str, Any],
+    text_key: str,
+    tool_failure: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The result plus one text item holding the failure, and the same under `_meta`."""
+    upgraded = dict(result)
+    content = result.get("content")
+    items = list(content) if isinstance(content, list) else []
+    text = json.dumps({text_key: payload}, ensure_ascii=False, separators=(",", ":"))
+    items.append({"type": "text", "text": text})
+    upgraded["content"] = items
+    meta = result.get("_meta")
+    merged = dict(meta) if isinstance(meta, dict) else {}
+    merged.setdefault(FAILURE_META_KEY, payload)
+    if tool_failure is not None:
+        # An intermediary must relay a server's own classification unchanged (SEP-3313).
+        merged.setdefault(TOOL_FAILURE_KEY, tool_failure)
+    if isinstance(meta, dict) or meta is None:
+        upgraded["_meta"] = merged
+    return upgraded
+
+
+def upgraded_error(error: Any, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The error with the failure under `data` (added, or merged as a key), or None to keep it."""
+    if not isinstance(error, dict) or error.get("code") in UNTOUCHED_ERROR_CODES:
+        return None
+    data = error.get("data", None)
+    if "data" in error and not isinstance(data, dict):
+        return None
+    merged = dict(data) if isinstance(data, dict) else {}
+    if FAILURE_META_KEY in merged:
+        return None
+    merged[FAILURE_META_KEY] = payload
+    return {**error, "data": merged}
+
+
+def guided_tools_list(result: Any, sentence: str) -> dict[str, Any] | None:
+    """Each tool's description with the guidance sentence appended once; None if unchanged."""
+    if not sentence or not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+        return None
+    changed = False
+    tools: list[Any] = []
+    for tool in result["tools"]:
+        if isinstance(tool, dict):
+            description = tool.get("description")
+            if description is None or (
+                isinstance(description, str) and sentence not in description
+            ):
+                text = f"{description.rstrip()} {sentence}" if description else sentence
+                tool = {**tool, "description": text}
+                changed = True
+        tools.append(tool)
+    return {**result, "tools": tools} if changed else None
+
+
+def tool_failure(
+    failure: Failure, correlation_id: str, now_ms: int | None = None
+) -> dict[str, Any]:
+    """The failure in the shape of the draft tool-failure extension (SEP-3313 / PR #3312).
+
+    `retryable` is only meaningful (and only present) for the `reliability` class, and
+    `retryNotBefore` is Unix epoch milliseconds, as the draft defines them.
+    """
+    if failure.retryable:
+        failure_class = "reliability"
+    elif failure.category in _GOVERNANCE:
+        failure_class = "governance"
+    else:
+        failure_class = "capability"
+    shape: dict[str, Any] = {
+        "class": failure_class,
+        "code": _BASELINE_CODES.get(failure.category, failure.code.lower()),
+        "correlationId": correlation_id,
+    }
+    if failure_class == "reliability":
+        shape["code"] = "retryable_transient_error"
+        shape["retryable"] = True
+        if failure.retry_after_ms is not None:
+            now = now_ms if now_ms is not None else int(datetime.now(UTC).timestamp() * 1000)
+            shape["retryNotBefore"] = now + failure.retry_after_ms
+    guidance = failure.fix_required or (
+        "Retry the identical call after retryNotBefore" if failure.retryable else None
+    )
+    if guidance is not None:
+        shape["agentGuidance"] = guidance
+    return shape
