@@ -291,6 +291,9 @@ class LimitsSpec(Strict):
     connect_timeout_s: float = Field(default=5, gt=0, le=600)
     read_timeout_s: float = Field(default=60, gt=0, le=3600)
     total_timeout_s: float | None = Field(default=None, gt=0)
+    # A per-read timeout restarts on every byte, so an upstream dripping one byte a second
+    # would hold a request forever; this deadline does not restart (see ResponseDeadline).
+    response_timeout_s: float = Field(default=60, gt=0, le=3600)
     max_request_body_bytes: int = Field(default=64 << 20, ge=0)
     request_body_timeout_s: float = Field(default=30, gt=0, le=3600)
     max_line_bytes: int = Field(default=8190, ge=256, le=1 << 20)

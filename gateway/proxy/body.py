@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import StreamReader
 
@@ -24,10 +24,17 @@ class BodyStalled(Exception):
 
 
 class RequestBody:
-    def __init__(self, stream: StreamReader, max_bytes: int, stall_timeout_s: float) -> None:
+    def __init__(
+        self,
+        stream: StreamReader,
+        max_bytes: int,
+        stall_timeout_s: float,
+        on_end: Callable[[], None] | None = None,
+    ) -> None:
         self._stream = stream
         self._max_bytes = max_bytes
         self._stall_timeout_s = stall_timeout_s
+        self._on_end = on_end
         self.failure: BodyTooLarge | BodyStalled | None = None
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -40,6 +47,8 @@ class RequestBody:
                 self.failure = BodyStalled()
                 raise self.failure from None
             if not chunk:
+                if self._on_end is not None:
+                    self._on_end()
                 return
             total += len(chunk)
             if total > self._max_bytes:
@@ -62,21 +71,34 @@ async def read_capped(stream: StreamReader, cap: int) -> tuple[bytes, bool]:
 
 
 def decoded_for_matching(body: bytes, content_encoding: str, cap: int) -> bytes | None:
-    """The body as the rules should see it: gzip/deflate undone (bounded), else None if encoded."""
+    """The body as the rules should see it: gzip/deflate undone (bounded), else None if encoded.
+
+    Every gzip member is decoded (RFC 1952 allows several, and a client decodes them all);
+    stopping after the first would let a rewrite drop the rest of the body. A stream that is
+    cut short, corrupt or inflates past `cap` gives None: the body then passes unchanged.
+    """
     encoding = content_encoding.strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):
         return None
     wbits = 16 + zlib.MAX_WBITS if "gzip" in encoding else zlib.MAX_WBITS
+    if encoding == "deflate" and not _has_zlib_header(body):
+        wbits = -zlib.MAX_WBITS  # raw deflate, which many servers send for "deflate"
+    out = b""
+    rest = body
     try:
-        inflater = zlib.decompressobj(wbits)
-        out = inflater.decompress(body, cap + 1)
-        if encoding == "deflate" and not out and body:
-            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-            out = inflater.decompress(body, cap + 1)
+        while rest:
+            inflater = zlib.decompressobj(wbits)
+            out += inflater.decompress(rest, cap + 1 - len(out))
+            if len(out) > cap or inflater.unconsumed_tail or not inflater.eof:
+                return None
+            rest = inflater.unused_data if "gzip" in encoding else b""
     except zlib.error:
         return None
-    if len(out) > cap or inflater.unconsumed_tail:
-        return None
     return out
+
+
+def _has_zlib_header(body: bytes) -> bool:
+    """RFC 1950: method 8 in the low nibble, and the two header bytes a multiple of 31."""
+    return len(body) >= 2 and body[0] & 0x0F == 8 and ((body[0] << 8) | body[1]) % 31 == 0

@@ -38,7 +38,7 @@ from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
 from gateway.proxy.state import SIGNATURES, GatewayState
-from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
+from gateway.proxy.upstream import UPSTREAM_ERRORS, ResponseDeadline, transport_kind
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 
@@ -73,6 +73,7 @@ class Context:
     state: GatewayState
     route: Route
     record: AccessRecord
+    deadline: ResponseDeadline | None = None
 
     @property
     def request_id(self) -> str:
@@ -129,7 +130,8 @@ async def answer_upstream_failure(
         complete = False
     else:
         try:
-            prefix, complete = await read_capped(upstream.content, cap)
+            async with asyncio.timeout_at(ctx.deadline.when if ctx.deadline else None):
+                prefix, complete = await read_capped(upstream.content, cap)
         except UPSTREAM_ERRORS as exc:
             return await answer_transport_failure(ctx, transport_kind(exc))
     matched = (

@@ -16,6 +16,7 @@ import uuid
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.failure import TransportKind
 from gateway.logs import AccessRecord
 from gateway.mcp.http_route import handle_mcp
 from gateway.observe import IN_FLIGHT, REQUESTS, UPSTREAM_LATENCY, method_label, status_class
@@ -28,7 +29,7 @@ from gateway.proxy.failure_path import (
 from gateway.proxy.headers import client_response_headers, upstream_request_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.state import SESSION, STATE, GatewayState
-from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
+from gateway.proxy.upstream import UPSTREAM_ERRORS, ResponseDeadline, transport_kind
 
 log = logging.getLogger("mendpoint.proxy")
 
@@ -75,12 +76,18 @@ async def forward(
         return plain(413, "Request body too large", request_id)
     if route.spec.type == "mcp":
         return await handle_mcp(request, Context(request, state, route, record), target)
+    deadline = ResponseDeadline(limits.response_timeout_s)
     body = None
     if request.body_exists:
         body = RequestBody(
-            request.content, limits.max_request_body_bytes, limits.request_body_timeout_s
+            request.content,
+            limits.max_request_body_bytes,
+            limits.request_body_timeout_s,
+            on_end=deadline.start,
         )
-    ctx = Context(request=request, state=state, route=route, record=record)
+    else:
+        deadline.start()
+    ctx = Context(request=request, state=state, route=route, record=record, deadline=deadline)
     headers = upstream_request_headers(
         request.headers,
         peer=request.remote,
@@ -91,19 +98,25 @@ async def forward(
     )
     sent = time.monotonic()
     try:
-        upstream = await request.app[SESSION].request(
-            request.method,
-            route.upstream_url(target),
-            headers=headers,
-            data=body.chunks() if body is not None else None,
-            allow_redirects=False,
-            compress=False,
-            timeout=state.upstream_timeout,
-        )
+        async with deadline.scope():
+            upstream = await request.app[SESSION].request(
+                request.method,
+                route.upstream_url(target),
+                headers=headers,
+                data=body.chunks() if body is not None else None,
+                allow_redirects=False,
+                compress=False,
+                timeout=state.upstream_timeout,
+            )
     except UPSTREAM_ERRORS as exc:
         if body is not None and body.failure is not None:
             return _body_failure(body.failure, request_id)
         return await answer_transport_failure(ctx, transport_kind(exc))
+    if upstream.status < 200:
+        # Upgrade is hop-by-hop, so the gateway never asks for one: a 101 (or any 1xx as the
+        # final answer) would switch the client's connection to a protocol nobody negotiated.
+        upstream.close()
+        return await answer_transport_failure(ctx, TransportKind.INVALID_RESPONSE)
     record.upstream_ms = (time.monotonic() - sent) * 1000
     record.upstream_status = upstream.status
     UPSTREAM_LATENCY.labels(route=record.route).observe(record.upstream_ms / 1000)

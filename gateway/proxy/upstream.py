@@ -8,7 +8,9 @@ the upstream gets. Past this module a transport fault is a value, not an excepti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -75,3 +77,39 @@ def transport_kind(exc: BaseException) -> TransportKind:
 
 
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class ResponseDeadline:
+    """One deadline for the upstream's response head and, on the failure path, its error body.
+
+    `read_timeout_s` restarts on every byte, so an upstream that drips a byte every few
+    hundred milliseconds would hold the request forever. This deadline never restarts: the
+    head (and the error body the gateway reads before answering) must have arrived within
+    `limits.response_timeout_s`. The clock starts once the request body has been forwarded
+    whole, so a slow upload is never mistaken for a slow upstream. A success body is streamed
+    to the client as it comes and is bounded by `read_timeout_s` alone, as without a gateway.
+    Past the deadline, `scope()` raises `TimeoutError`, which maps to `read_timeout`.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self.when: float | None = None
+        self._active: asyncio.Timeout | None = None
+
+    def start(self) -> None:
+        """Start the clock (idempotent): the whole request has been handed to the upstream."""
+        if self.when is not None:
+            return
+        self.when = asyncio.get_running_loop().time() + self._seconds
+        if self._active is not None:
+            self._active.reschedule(self.when)
+
+    @contextlib.asynccontextmanager
+    async def scope(self) -> AsyncIterator[None]:
+        """Run the block under the deadline, including one started while the block runs."""
+        async with asyncio.timeout_at(self.when) as timeout:
+            self._active = timeout
+            try:
+                yield
+            finally:
+                self._active = None
