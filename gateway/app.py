@@ -23,6 +23,7 @@ from gateway.logs import set_access_log
 from gateway.mcp import runtime as mcp_runtime
 from gateway.observe import READY, RELOADS
 from gateway.proxy.forward import handle
+from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
 from gateway.proxy.state import SESSION, SIGNATURES, STATE, GatewayState, StateHolder
 from gateway.proxy.upstream import make_session
 from gateway.reload import ConfigWatcher
@@ -57,6 +58,7 @@ def build_app(loaded: LoadedConfig, signatures: SignatureBook | None = None) -> 
     app.cleanup_ctx.append(_upstream_session)
     app.on_cleanup.append(_close_resolver)
     app.router.add_route("*", "/{tail:.*}", handle)
+    app.on_response_prepare.append(close_after_upgrade_request)
     return app
 
 
@@ -119,13 +121,14 @@ class GatewayServer:
         server = self.runner.server
         assert server is not None
         cap = self.loaded.config.limits.max_client_connections
+        loop = asyncio.get_running_loop()
 
         def factory() -> asyncio.Protocol:
             if len(server.connections) >= cap:
                 return _Refuse()
-            return server()
+            # What `server()` builds, with the gateway's precise 414/431 for oversize heads.
+            return GatewayProtocol(server, loop=loop, **server._kwargs)
 
-        loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             factory, host, port, reuse_address=True, backlog=1024
         )

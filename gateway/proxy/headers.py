@@ -31,6 +31,12 @@ VIA = "1.1 mendpoint"
 REPLACED_ON_REQUEST = frozenset(
     {"host", "x-forwarded-host", "x-forwarded-proto", "forwarded", "x-request-id"}
 )
+# Underscore policy. CGI, WSGI, PHP and Rack read both `X-Forwarded-For` and `X_Forwarded_For`
+# as HTTP_X_FORWARDED_FOR, so an underscore spelling of a header the gateway sets or strips
+# could override what the gateway vouches for. Those spellings are dropped; any other header
+# with an underscore is forwarded as sent (nginx would drop them all, which breaks APIs that
+# use such names).
+MANAGED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST | {"x-forwarded-for", "via", "content-length"}
 
 
 def connection_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> frozenset[str]:
@@ -60,7 +66,8 @@ def upstream_request_headers(
     request_id: str,
 ) -> CIMultiDict[str]:
     """The headers sent upstream: end-to-end ones plus honest forwarding information."""
-    headers = _end_to_end(incoming, REPLACED_ON_REQUEST)
+    spoofs = (k for k in incoming if "_" in k and k.lower().replace("_", "-") in MANAGED_ON_REQUEST)
+    headers = _end_to_end(incoming, REPLACED_ON_REQUEST.union(k.lower() for k in spoofs))
     original_host = incoming.get("Host", "")
     headers["Host"] = original_host if preserve_host and original_host else upstream_host
     if peer:
