@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
+import urllib.request
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -31,6 +33,7 @@ from gateway.config.models import parse_host_port
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
+from gateway.logs import setup_logging
 from gateway.mcp.stdio import run_stdio
 from gateway.resolve.callers import ANONYMOUS, CallerDirectory
 from gateway.resolve.server import RESOLVE_PATH, build_resolver_app
@@ -43,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
+        level=getattr(logging, (args.log_level or "info").upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -62,14 +65,22 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mendpoint", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mendpoint {__version__}")
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="overrides MENDPOINT_LOG_LEVEL and the config's log.level (default info)",
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the gateway")
     _config_source(serve)
     serve.add_argument("--listen", help="HOST:PORT to listen on (overrides the config)")
+    serve.add_argument("--admin", help="HOST:PORT of the admin listener, or 'off'")
     serve.set_defaults(run=_serve)
+
+    gaps = sub.add_parser("gaps", help="print the top unmatched-error signatures of a gateway")
+    gaps.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
+    gaps.add_argument("--limit", type=int, default=20)
+    gaps.set_defaults(run=_gaps)
 
     check = sub.add_parser("check", help="validate a config and every rule pack it includes")
     check.add_argument("--config", required=True)
@@ -135,18 +146,62 @@ def _load(args: argparse.Namespace) -> LoadedConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if not args.config and not args.upstream:
-        print("mendpoint serve: give --config FILE or --upstream URL", file=sys.stderr)
+    """Flags win over MENDPOINT_* environment variables, which win over the config file."""
+    env = os.environ
+    config = args.config or (None if args.upstream else env.get("MENDPOINT_CONFIG"))
+    upstream = args.upstream or env.get("MENDPOINT_UPSTREAM")
+    if not config and not upstream:
+        print(
+            "mendpoint serve: give --config FILE or --upstream URL "
+            "(or MENDPOINT_CONFIG / MENDPOINT_UPSTREAM)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
-    if args.listen:
-        try:
-            parse_host_port(args.listen)
-        except ValueError as exc:
-            print(f"mendpoint serve: --listen: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    loaded = _load(args)
+    listen = args.listen or env.get("MENDPOINT_LISTEN")
+    admin = args.admin or env.get("MENDPOINT_ADMIN")
+    for name, value in (("listen", listen), ("admin", admin)):
+        if value and value != "off":
+            try:
+                parse_host_port(value)
+            except ValueError as exc:
+                print(f"mendpoint serve: --{name}: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+    if config:
+        loaded = load_config(config)
+    else:
+        assert upstream is not None
+        loaded = embedded_config(
+            upstream, listen or "127.0.0.1:8080", mode=env.get("MENDPOINT_MODE")
+        )
+    log_spec = loaded.config.log
+    level = args.log_level or env.get("MENDPOINT_LOG_LEVEL") or log_spec.level
+    fmt = env.get("MENDPOINT_LOG_FORMAT") or log_spec.format
+    if fmt not in ("json", "text"):
+        print("mendpoint serve: MENDPOINT_LOG_FORMAT must be json or text", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(level, "json" if fmt == "json" else "text", log_spec.access)
+    admin_address = None if admin == "off" else (admin or loaded.config.admin)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(loaded, args.listen))
+        asyncio.run(serve_forever(loaded, listen, admin_address, config_path=config))
+    return EXIT_OK
+
+
+def _gaps(args: argparse.Namespace) -> int:
+    base = args.admin if "://" in args.admin else f"http://{args.admin}"
+    url = f"{base.rstrip('/')}/gaps?limit={max(1, args.limit)}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            payload = json.loads(answer.read())
+    except (OSError, ValueError) as exc:
+        print(f"mendpoint gaps: cannot read {url}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    rows = payload.get("signatures", [])
+    if not rows:
+        print("no unmatched failures yet: every failure so far matched one of your rules")
+        return EXIT_OK
+    print(f"{'count':>7}  {'route':<12} {'status':<22} signature")
+    for row in rows:
+        print(f"{row['count']:>7}  {row['route']:<12} {row['status']:<22} {row['signature']}")
     return EXIT_OK
 
 

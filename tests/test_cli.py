@@ -426,6 +426,8 @@ async def test_serve_proxies_and_exits_cleanly_on_sigterm(
             upstream,
             "--listen",
             listen,
+            "--admin",
+            "off",  # the default admin port may be taken on a shared machine
             cwd=tmp_path,
             env=ENV,
             stdout=log,

@@ -111,12 +111,14 @@ def load_catalog(path: str) -> LoadedConfig:
     return loaded
 
 
-def embedded_config(upstream: str, listen: str = "127.0.0.1:8080") -> LoadedConfig:
+def embedded_config(
+    upstream: str, listen: str = "127.0.0.1:8080", mode: str | None = None
+) -> LoadedConfig:
     """The no-file default: one route `/` to `upstream`, shipped rules, mode additive."""
-    data: dict[str, Any] = {
-        "listen": listen,
-        "routes": [{"name": "default", "prefix": "/", "upstream": upstream}],
-    }
+    route: dict[str, Any] = {"name": "default", "prefix": "/", "upstream": upstream}
+    if mode:
+        route["mode"] = mode
+    data: dict[str, Any] = {"listen": listen, "routes": [route]}
     doc = YamlDoc(file="<command line>", data=data)
     config = validate_model(GatewayConfig, doc)
     return _assemble(config, doc, os.getcwd())
