@@ -53,7 +53,7 @@ def require_c_parser() -> None:
 def build_app(loaded: LoadedConfig, signatures: SignatureBook | None = None) -> web.Application:
     app = web.Application()
     app[STATE] = StateHolder(GatewayState.build(loaded))
-    app[SIGNATURES] = signatures or SignatureBook()
+    app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
     mcp_runtime.install(app, loaded)
     app.cleanup_ctx.append(_upstream_session)
     app.on_cleanup.append(_close_resolver)
@@ -196,10 +196,10 @@ class GatewayServer:
         self._retired.add(task)
         task.add_done_callback(self._retired.discard)
 
-    async def drain(self) -> None:
+    async def drain(self, delay_s: float | None = None) -> None:
         """Readiness false, wait `drain_delay_s` for load balancers, then stop accepting."""
         self._set_ready(False)
-        delay = self.loaded.config.shutdown.drain_delay_s
+        delay = self.loaded.config.shutdown.drain_delay_s if delay_s is None else delay_s
         log.info("draining: not ready; closing listeners in %.1f s", delay)
         await asyncio.sleep(delay)
         if self._server is not None:
@@ -240,9 +240,16 @@ async def serve_forever(
             *server.admin_address,
         )
     stop = asyncio.Event()
+    interactive = False
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+
+    def on_interrupt() -> None:
+        nonlocal interactive
+        interactive = True  # Ctrl-C at a terminal: nobody's load balancer to wait for
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
     pending: set[asyncio.Task[bool]] = set()
 
     def on_hup() -> None:
@@ -257,7 +264,7 @@ async def serve_forever(
     try:
         await stop.wait()
         log.info("mendpoint shutting down")
-        await server.drain()
+        await server.drain(0.0 if interactive else None)
     finally:
         await watcher.stop()
         await server.stop()

@@ -52,15 +52,15 @@ StatusSpec = int | str
 class MatchSpec(Strict):
     """Conditions a failure must meet; all given conditions must hold."""
 
-    routes: list[str] | None = None
-    methods: list[str] | None = None
-    status: list[StatusSpec] | None = None
+    routes: list[str] | None = Field(default=None, min_length=1)  # [] would never match
+    methods: list[str] | None = Field(default=None, min_length=1)
+    status: list[StatusSpec] | None = Field(default=None, min_length=1)
     path: str | None = None
     headers: dict[str, str] | None = None
     json_: JsonMatch | None = Field(default=None, alias="json")
     body: str | None = None
     mcp: McpMatch | None = None
-    transport: list[TransportKind] | None = None
+    transport: list[TransportKind] | None = Field(default=None, min_length=1)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
