@@ -35,13 +35,13 @@ from gateway.mcp.origin import refusal
 from gateway.mcp.runtime import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Exchange, Outcome, Upgrader
-from gateway.proxy.body import read_capped
 from gateway.proxy.failure_path import BODY_BOUND_HEADERS, Context, answer_transport_failure
 from gateway.proxy.headers import client_response_headers, upstream_request_headers
 from gateway.proxy.relay import RelayResponse, relay
 from gateway.proxy.state import SESSION
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.resolve.callers import Caller
+from gateway.streams import read_capped
 
 log = logging.getLogger("mendpoint.mcp")
 

@@ -2,8 +2,7 @@
 
 `RequestBody` relays the client's body to the upstream chunk by chunk under a size cap and a
 per-chunk stall timeout, and remembers why it stopped so the handler can answer 413 or 408
-instead of blaming the upstream. `read_capped` reads an upstream error body up to the cap,
-looping because one read may return less than asked.
+instead of blaming the upstream. Error bodies are read with `gateway.streams.read_capped`.
 """
 
 from __future__ import annotations
@@ -55,19 +54,6 @@ class RequestBody:
                 self.failure = BodyTooLarge()
                 raise self.failure
             yield chunk
-
-
-async def read_capped(stream: StreamReader, cap: int) -> tuple[bytes, bool]:
-    """Up to `cap` bytes; the flag is True when that was the whole body."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= cap:
-        chunk = await stream.read(cap + 1 - size)
-        if not chunk:
-            return b"".join(chunks), True
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks), False
 
 
 def decoded_for_matching(body: bytes, content_encoding: str, cap: int) -> bytes | None:

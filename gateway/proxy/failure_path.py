@@ -33,7 +33,7 @@ from gateway.observe import (
     ResolverOutcome,
     status_class,
 )
-from gateway.proxy.body import decoded_for_matching, read_capped
+from gateway.proxy.body import decoded_for_matching
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
@@ -41,6 +41,7 @@ from gateway.proxy.state import SIGNATURES, GatewayState
 from gateway.proxy.upstream import UPSTREAM_ERRORS, ResponseDeadline, transport_kind
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
+from gateway.streams import read_capped
 
 log = logging.getLogger("mendpoint.proxy")
 
