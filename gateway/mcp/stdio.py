@@ -28,6 +28,7 @@ from typing import Any
 from gateway.classify import Classifier
 from gateway.config.loader import LoadedConfig
 from gateway.failure import Mode
+from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,
@@ -71,69 +72,51 @@ class StdioRelay:
 
     async def run(self) -> int:
         """Run the server until it exits; returns its exit status (128+N if killed by signal N)."""
-        process = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            limit=self.limit,
-            start_new_session=True,
-        )
+        child = await Child.start(self.argv, self.limit)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, _forward_signal, process, sig)
+            loop.add_signal_handler(sig, child.forward, sig)
         out = await _stdout_writer()
         client = await _stdin_reader(self.limit)
-        tasks = [
-            asyncio.create_task(self._client_to_server(client, process)),
-            asyncio.create_task(_drain(process.stderr)),
-        ]
+        task = asyncio.create_task(self._client_to_server(client, child))
         try:
-            await self._server_to_client(process, out)
-            status = await process.wait()
+            await self._server_to_client(child, out)
+            status = await child.process.wait()
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            _kill_group(process)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await child.kill()
         await self._answer_pending(out)
         with contextlib.suppress(ConnectionError):
             await out.drain()
         return status if status >= 0 else 128 - status
 
-    async def _client_to_server(
-        self, client: asyncio.StreamReader, process: asyncio.subprocess.Process
-    ) -> None:
-        assert process.stdin is not None
+    async def _client_to_server(self, client: asyncio.StreamReader, child: Child) -> None:
         try:
             while line := await client.readline():
                 message = parse_message(line)
                 for key, pending in requests_in(message):
                     self.pending.add(key, pending)
                     self._ids[key] = key[1]
-                process.stdin.write(line)
-                await process.stdin.drain()
+                await child.write(line)
         except (ConnectionError, ValueError):
             pass  # the server closed its stdin, or a line passed the limit
-        with contextlib.suppress(ConnectionError, OSError):
-            process.stdin.close()
         # The client is gone: give the server a moment to finish, then end it.
+        child.close_stdin()
         try:
-            await asyncio.wait_for(process.wait(), EXIT_GRACE_S)
+            await asyncio.wait_for(child.process.wait(), EXIT_GRACE_S)
         except TimeoutError:
-            _kill_group(process, signal.SIGTERM)
+            child.signal_group(signal.SIGTERM)
 
-    async def _server_to_client(
-        self, process: asyncio.subprocess.Process, out: asyncio.StreamWriter | _FileOut
-    ) -> None:
-        assert process.stdout is not None
+    async def _server_to_client(self, child: Child, out: asyncio.StreamWriter | _FileOut) -> None:
+        stdout = child.process.stdout
+        assert stdout is not None
         while True:
-            try:
-                line = await process.stdout.readline()
-            except ValueError:  # longer than the limit: relay what is buffered, unparsed
-                line = await process.stdout.read(self.limit)
+            line = await child.readline()
+            if line is None:  # longer than the limit: relay what is buffered, unparsed
+                line = await stdout.read(self.limit)
             if not line:
                 return
             out.write(await self._maybe_upgraded(line))
@@ -212,25 +195,6 @@ async def _stdout_writer() -> asyncio.StreamWriter | _FileOut:
 
 def _is_regular_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
-
-
-async def _drain(stream: asyncio.StreamReader | None) -> None:
-    """Copy the server's stderr to ours as it comes, so a chatty server never blocks on it."""
-    if stream is None:
-        return
-    while chunk := await stream.read(65536):
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.buffer.flush()
-
-
-def _forward_signal(process: asyncio.subprocess.Process, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(sig)
-
-
-def _kill_group(process: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
 
 
 def run_stdio(loaded: LoadedConfig, argv: list[str], mode: Mode) -> int:

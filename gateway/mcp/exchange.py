@@ -1,0 +1,104 @@
+"""One HTTP exchange of an MCP route: who asked, and which requests its responses answer.
+
+Shared by the Streamable HTTP handler (upstream URL) and the bridge (stdio child): both tie a
+response to the request it answers through a `Tracker`, and upgrade it with `rewrite_payload`
+under the `HttpExchange` of the POST that sent the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.envelope import dump
+from gateway.failure import Mode
+from gateway.mcp.jsonrpc import (
+    Pending,
+    RequestTable,
+    may_be_response,
+    may_need_rewrite,
+    parse_message,
+    request_key,
+)
+from gateway.mcp.upgrade import Exchange, Outcome, Upgrader
+from gateway.proxy.failure_path import Context
+from gateway.resolve.callers import Caller
+
+
+@dataclass
+class HttpExchange:
+    """The `Exchange` of one HTTP request: mode and caller come from the proxy's context."""
+
+    ctx: Context
+
+    @property
+    def route_name(self) -> str:
+        return self.ctx.route.spec.name
+
+    @property
+    def path(self) -> str:
+        return self.ctx.request.path
+
+    @property
+    def mode(self) -> Mode:
+        return self.ctx.mode
+
+    @property
+    def caller(self) -> Caller:
+        return self.ctx.caller
+
+    @property
+    def request_id(self) -> str:
+        return self.ctx.request_id
+
+    @property
+    def idempotent(self) -> bool:
+        return "POST" in self.ctx.route.idempotent
+
+
+class Tracker:
+    """This POST's own requests, plus the session's table shared with its GET streams."""
+
+    def __init__(self, local: RequestTable, shared: RequestTable | None) -> None:
+        self.local = local
+        self.shared = shared
+
+    def __bool__(self) -> bool:
+        """Whether any response in this exchange could be a tracked one."""
+        return bool(self.local) or self.shared is not None
+
+    def pop(self, message: Any) -> Pending | None:
+        if not isinstance(message, dict) or "method" in message:
+            return None
+        key = request_key(message.get("id"))
+        if key is None:
+            return None
+        found = self.local.pop(key)
+        shared = self.shared.pop(key) if self.shared is not None else None
+        return found or shared
+
+
+async def rewrite_payload(
+    raw: bytes, tracker: Tracker, upgrader: Upgrader, exchange: Exchange
+) -> tuple[bytes | None, list[tuple[str, str]]]:
+    """A JSON-RPC message (or batch) with tracked responses upgraded; None when unchanged."""
+    if not may_be_response(raw):
+        return None, []
+    message = parse_message(raw)
+    batch = message if isinstance(message, list) else [message]
+    pendings = [tracker.pop(item) for item in batch]
+    if not any(pendings) or not may_need_rewrite(raw):
+        return None, []
+    outcomes: list[Outcome | None] = []
+    for item, pending in zip(batch, pendings, strict=True):
+        outcomes.append(
+            None if pending is None else await upgrader.upgrade(item, pending, exchange)
+        )
+    headers = next((o.headers for o in outcomes if o is not None and o.headers), [])
+    if all(o is None or o.message is None for o in outcomes):
+        return None, headers
+    out = [
+        o.message if o is not None and o.message is not None else item
+        for item, o in zip(batch, outcomes, strict=True)
+    ]
+    return dump(out if isinstance(message, list) else out[0]), headers
