@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,14 @@ class RunningGateway:
 
     async def request(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         return await self.session.request(method, self.url + path, **kwargs)
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (for gateways started as subprocesses)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 StartGateway = Callable[..., Awaitable[RunningGateway]]

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from conftest import free_port
 
 from gateway.cli import main
 
@@ -373,13 +373,6 @@ def test_bad_fixture_file(config: Path, cli: Run, text: bytes, expected: str) ->
 # --- serve -----------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 async def _upstream_app() -> web.Application:
     async def hello(request: web.Request) -> web.Response:
         return web.Response(text="hello from upstream", headers={"X-Upstream": "yes"})
@@ -414,7 +407,7 @@ async def test_serve_proxies_and_exits_cleanly_on_sigterm(
     tmp_path: Path, start_upstream: StartUpstream
 ) -> None:
     upstream = await start_upstream(await _upstream_app())
-    listen = f"127.0.0.1:{_free_port()}"
+    listen = f"127.0.0.1:{free_port()}"
     url = f"http://{listen}"
     with (tmp_path / "serve.log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -15,16 +14,9 @@ from typing import Any
 import aiohttp
 import yaml
 from aiohttp import web
-from conftest import StartUpstream
+from conftest import StartUpstream, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def slow_app() -> web.Application:

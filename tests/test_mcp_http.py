@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -15,16 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from conftest import StartGateway, StartUpstream, route_config
+from conftest import StartGateway, StartUpstream, free_port, route_config
 from mcp import Client
 
 SDK_SERVER = Path(__file__).resolve().parent / "mcp_servers" / "sdk_server.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def wait_listening(port: int) -> None:

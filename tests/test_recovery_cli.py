@@ -7,13 +7,13 @@ import asyncio
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
+from conftest import free_port
 
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_catalog, load_config
@@ -171,13 +171,6 @@ def test_explain_with_a_caller_shows_options_and_operator_reasons(tmp_path: Path
     assert '"available": false' in guest.stdout
     assert "not offered: caller lacks scope(s) ['data:read']" in guest.stdout
     assert nobody.returncode == 2 and "no caller named 'nobody'" in nobody.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_resolver_command_serves_the_catalog(tmp_path: Path) -> None:
