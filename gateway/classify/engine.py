@@ -8,6 +8,7 @@ a dict lookup, and never touches the rules.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ class Classifier:
         self.commands = {cid: c.spec.run for cid, c in loaded.commands.items()}
         self.message_paths = tuple(loaded.config.message_paths)
         self.regex_timeout_s = loaded.config.limits.regex_timeout_ms / 1000
+        self.budget_s = loaded.config.enrich_budget_ms / 1000
         self._by_status = _index_statuses(self.rules)
         self._by_transport = _index_transports(self.rules)
         self._mcp = tuple(r for r in self.rules if r.is_mcp)
@@ -53,10 +55,18 @@ class Classifier:
             return self._by_status.get(obs.status, ())
         return ()
 
-    def classify(self, obs: Observation) -> Verdict | None:
-        """The first matching rule's failure, or None when no rule matches."""
+    def classify(self, obs: Observation, deadline: float | None = None) -> Verdict | None:
+        """The first matching rule's failure, or None when no rule matches.
+
+        Regex work stops at `deadline` (a `time.monotonic()` instant; by default the
+        config's `enrich_budget_ms` from now) by raising `ClassifyTimeout`, so a data path
+        that fails open on timeouts never blocks the event loop longer than its budget.
+        Offline tools pass `math.inf`.
+        """
+        if deadline is None:
+            deadline = time.monotonic() + self.budget_s
         for rule in self.candidates(obs):
-            captures = rule.matches(obs, self.regex_timeout_s)
+            captures = rule.matches(obs, self.regex_timeout_s, deadline)
             if captures is not None:
                 failure = build_failure(rule, obs, captures, self.commands, self.message_paths)
                 return Verdict(failure, rule)

@@ -8,6 +8,8 @@ pathological pattern or body costs a bounded amount of time and simply does not 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +59,10 @@ class CompiledRule:
             and self.jsonrpc_code is None
         )
 
-    def matches(self, obs: Observation, regex_timeout_s: float) -> Captures | None:
-        """Named captures when every condition holds, else None."""
+    def matches(
+        self, obs: Observation, regex_timeout_s: float, deadline: float = math.inf
+    ) -> Captures | None:
+        """Named captures when every condition holds, else None (`deadline`: see `_search`)."""
         if self.routes is not None and obs.route not in self.routes:
             return None
         if self.methods is not None and obs.method not in self.methods:
@@ -71,20 +75,33 @@ class CompiledRule:
             return None
         for name, pattern in self.headers:
             value = obs.headers.get(name)
-            if value is None or _search(pattern, value, regex_timeout_s, self.id) is None:
+            found = (
+                None
+                if value is None
+                else _search(pattern, value, regex_timeout_s, self.id, deadline)
+            )
+            if found is None:
                 return None
         captures: Captures = {}
-        if self.json_path is not None and not self._json_matches(obs, regex_timeout_s, captures):
+        if self.json_path is not None and not self._json_matches(
+            obs, regex_timeout_s, captures, deadline
+        ):
             return None
         if self.body is not None:
             text = obs.text
-            found = None if text is None else _search(self.body, text, regex_timeout_s, self.id)
+            found = (
+                None
+                if text is None
+                else _search(self.body, text, regex_timeout_s, self.id, deadline)
+            )
             if found is None:
                 return None
             captures.update(_named(found))
         return captures
 
-    def _json_matches(self, obs: Observation, timeout: float, captures: Captures) -> bool:
+    def _json_matches(
+        self, obs: Observation, timeout: float, captures: Captures, deadline: float
+    ) -> bool:
         assert self.json_path is not None
         value = json_path_get(obs.json, self.json_path)
         if value is None:
@@ -93,7 +110,9 @@ class CompiledRule:
             return False
         if self.json_regex is not None:
             text = value if isinstance(value, str) else _scalar_text(value)
-            found = None if text is None else _search(self.json_regex, text, timeout, self.id)
+            found = (
+                None if text is None else _search(self.json_regex, text, timeout, self.id, deadline)
+            )
             if found is None:
                 return False
             captures.update(_named(found))
@@ -126,12 +145,29 @@ def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
     )
 
 
-def _search(pattern: Pattern, text: str, timeout: float, rule_id: str) -> Any:
+class ClassifyTimeout(TimeoutError):
+    """The whole classification ran past its wall-clock deadline: the caller fails open."""
+
+
+def _search(
+    pattern: Pattern, text: str, timeout: float, rule_id: str, deadline: float = math.inf
+) -> Any:
+    """`pattern.search` under the per-regex timeout and the classification's deadline.
+
+    The `regex` module's timeout counts process CPU time, not wall time: on a loaded host a
+    50 ms timeout took over a second of wall time, and with many rules those add up while the
+    event loop is blocked. So each search also gets at most what is left of the wall-clock
+    deadline, and none starts once it has passed.
+    """
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise ClassifyTimeout(f"classification deadline passed before rule {rule_id}")
+    limit = min(timeout, remaining)
     try:
-        return pattern.search(text, timeout=timeout)
+        return pattern.search(text, timeout=limit)
     except TimeoutError:
         log.warning(
-            "regex of rule %s timed out after %.0f ms; treated as no match", rule_id, timeout * 1000
+            "regex of rule %s timed out after %.0f ms; treated as no match", rule_id, limit * 1000
         )
         return None
 

@@ -83,10 +83,22 @@ def upstream_request_headers(
 
 
 def client_response_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    """The upstream's response headers minus hop-by-hop ones, plus `Via`."""
-    headers = _end_to_end(upstream)
+    """The upstream's response headers minus hop-by-hop ones, plus `Via`.
+
+    aiohttp's client accepts control characters in a field value that its server then
+    refuses to write: one such header from the upstream would drop the client's connection
+    with no response at all. RFC 9110 §5.5 lets a recipient replace them with SP instead.
+    """
+    headers = CIMultiDict(
+        (name, value if value.isprintable() else value.translate(_CONTROL_TO_SPACE))
+        for name, value in _end_to_end(upstream).items()
+    )
     headers.add("Via", VIA)
     return headers
+
+
+# Every control character aiohttp's writer refuses in a field value (all but HTAB, plus DEL).
+_CONTROL_TO_SPACE = {c: " " for c in (*range(0x20), 0x7F) if c != 0x09}
 
 
 def _forwarded(peer: str | None, host: str, scheme: str) -> str:
