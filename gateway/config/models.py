@@ -198,6 +198,7 @@ class RouteSpec(Strict):
     allowed_hosts: list[str] | None = None
     command: list[str] | None = Field(default=None, min_length=1)
     session_idle_s: float = Field(default=300, gt=0, le=86_400)
+    max_sessions: int = Field(default=16, ge=1, le=10_000)
 
     @field_validator("upstream")
     @classmethod
@@ -227,7 +228,20 @@ class RouteSpec(Strict):
                     raise ValueError(f"{key} is only for type: mcp routes")
         elif (self.upstream is None) == (self.command is None):
             raise ValueError("an mcp route needs exactly one of upstream (a URL) or command")
+        if self.command is None:
+            for key in ("session_idle_s", "max_sessions"):
+                if key in self.model_fields_set:
+                    raise ValueError(f"{key} is only for mcp routes with a command (the bridge)")
         return self
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, value: list[str] | None) -> list[str] | None:
+        """An argv list, run without a shell: an empty or NUL-bearing word cannot be exec'd."""
+        for word in value or []:
+            if not word or "\x00" in word:
+                raise ValueError("command words must be non-empty strings without NUL")
+        return value
 
     @field_validator("idempotent_methods")
     @classmethod

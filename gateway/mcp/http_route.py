@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.mcp.bridge import serve_bridge
 from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestTable,
@@ -42,7 +43,7 @@ REQUEST_ID = "X-Request-Id"
 
 
 async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.StreamResponse:
-    """Serve one Streamable HTTP request of an MCP route."""
+    """Serve one Streamable HTTP request of an MCP route (an upstream URL, or the bridge)."""
     spec = ctx.route.spec
     why = refusal(request.headers.get("Origin"), request.headers.get("Host"), spec)
     if why is not None:
@@ -58,6 +59,10 @@ async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.Str
             return _plain(408, "Request body not received in time", ctx.request_id)
         if not whole:
             return _plain(413, "Request body too large", ctx.request_id)
+    if spec.command is not None:
+        state = ctx.state
+        upgrader = runtime.upgrader(state, state.loaded, state.classifier, state.recovery)
+        return await serve_bridge(request, ctx, body, runtime.bridges, upgrader)
     session_id = request.headers.get(SESSION_HEADER)
     settings = ctx.state.loaded.config.mcp
     local = RequestTable(settings.max_tracked_requests)

@@ -18,6 +18,9 @@ from typing import Any
 RequestKey = tuple[bool, str | int]
 """A JSON-RPC id made hashable without letting `1` and `"1"` collide."""
 
+SERVER_GONE = -32000
+"""The error code of the answer a relay makes up for a request the server died before answering."""
+
 # Responses to these carry the session's contract, never a failure to upgrade (SPEC §7).
 UNTOUCHED_METHODS = frozenset({"initialize", "server/discover"})
 
@@ -52,6 +55,18 @@ def requests_in(message: Any) -> Iterator[tuple[RequestKey, Pending]]:
             name = params.get("name")
             tool = name if isinstance(name, str) else None
         yield key, Pending(method, tool)
+
+
+def server_gone(request_id: Any, method: str) -> dict[str, Any]:
+    """The answer to a request whose server exited first: a client waiting on it is released."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {
+            "code": SERVER_GONE,
+            "message": f"The MCP server exited before answering {method}",
+        },
+    }
 
 
 def parse_message(raw: bytes | str) -> Any:

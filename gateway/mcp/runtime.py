@@ -1,8 +1,10 @@
-"""Per-application MCP state: the session request tables and the upgrader of the live config.
+"""Per-application MCP state: the session request tables, the bridge sessions and the
+upgrader of the live config.
 
 Lives for the app's lifetime (across config reloads), so a response on a resumed GET stream
-still finds the request a POST registered before a reload. The upgrader is rebuilt only when
-the config state object changes.
+still finds the request a POST registered before a reload, and a bridge session keeps its
+child. The upgrader is rebuilt only when the config state object changes. Bridge children
+never outlive the app: GET streams end when shutdown begins, every child is killed at cleanup.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from aiohttp import web
 
 from gateway.classify import Classifier
 from gateway.config.loader import LoadedConfig
+from gateway.mcp.bridge import Bridges
 from gateway.mcp.jsonrpc import SessionTables
 from gateway.mcp.upgrade import Upgrader
 from gateway.resolve.service import RecoveryService
@@ -20,6 +23,7 @@ class McpRuntime:
     def __init__(self, loaded: LoadedConfig) -> None:
         spec = loaded.config.mcp
         self.sessions = SessionTables(spec.max_sessions, spec.max_tracked_requests)
+        self.bridges = Bridges()
         self._built_for: object | None = None
         self._upgrader: Upgrader | None = None
 
@@ -52,4 +56,13 @@ MCP_RUNTIME = web.AppKey("mendpoint_mcp", McpRuntime)
 
 def install(app: web.Application, loaded: LoadedConfig) -> None:
     """Give `app` its MCP runtime; done at build time, before the app is frozen."""
-    app[MCP_RUNTIME] = McpRuntime(loaded)
+    runtime = app[MCP_RUNTIME] = McpRuntime(loaded)
+
+    async def end_streams(_: web.Application) -> None:
+        runtime.bridges.close_listeners()
+
+    async def kill_children(_: web.Application) -> None:
+        await runtime.bridges.close_all()
+
+    app.on_shutdown.append(end_streams)
+    app.on_cleanup.append(kill_children)

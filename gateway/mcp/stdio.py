@@ -37,6 +37,7 @@ from gateway.mcp.jsonrpc import (
     parse_message,
     request_key,
     requests_in,
+    server_gone,
 )
 from gateway.mcp.runtime import build_upgrader
 from gateway.mcp.upgrade import Upgrader
@@ -45,7 +46,6 @@ from gateway.resolve.service import RecoveryService
 
 log = logging.getLogger("mendpoint.mcp")
 
-SERVER_GONE = -32000
 EXIT_GRACE_S = 5.0
 
 
@@ -148,14 +148,7 @@ class StdioRelay:
     async def _answer_pending(self, out: asyncio.StreamWriter | _FileOut) -> None:
         """The server is gone: no request still waiting may be left without an answer."""
         for key, pending in self.pending.drain():
-            error = {
-                "jsonrpc": "2.0",
-                "id": self._ids.pop(key, key[1]),
-                "error": {
-                    "code": SERVER_GONE,
-                    "message": f"The MCP server exited before answering {pending.method}",
-                },
-            }
+            error = server_gone(self._ids.pop(key, key[1]), pending.method)
             out.write(json.dumps(error).encode() + b"\n")
 
 

@@ -7,6 +7,8 @@ do: by raising, which the SDK turns into a result with `isError: true`.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 from mcp.server import MCPServer
@@ -39,6 +41,17 @@ def read_note(name: str) -> str:
 def fetch_page(url: str) -> str:
     """Fetch a page; the network is down in this test server."""
     raise ToolError("TypeError: fetch failed")
+
+
+HELPERS: list[subprocess.Popen[bytes]] = []
+
+
+@server.tool()
+def pids() -> dict[str, int]:
+    """This server's pid and that of a helper it started (a grandchild of whoever launched it)."""
+    if not HELPERS:
+        HELPERS.append(subprocess.Popen(["sleep", "600"]))
+    return {"server": os.getpid(), "helper": HELPERS[0].pid}
 
 
 def main() -> None:
