@@ -12,6 +12,7 @@ import logging
 import signal
 import socket
 from collections.abc import AsyncIterator
+from typing import cast
 
 from aiohttp import helpers, web
 
@@ -27,6 +28,7 @@ from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
 from gateway.proxy.state import SESSION, SIGNATURES, STATE, GatewayState, StateHolder
 from gateway.proxy.upstream import make_session
 from gateway.reload import ConfigWatcher
+from gateway.runtime import settle
 from gateway.signatures import SignatureBook
 
 log = logging.getLogger("mendpoint")
@@ -75,7 +77,8 @@ async def _close_resolver(app: web.Application) -> None:
 
 class _Refuse(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports are not asyncio.Transport subclasses, so this is a cast.
+        transport = cast(asyncio.Transport, transport)
         transport.write(OVERLOADED)
         transport.close()
 
@@ -147,9 +150,7 @@ class GatewayServer:
         host, port = parse_host_port(admin)
         site = web.TCPSite(self.admin_runner, host, port, reuse_address=True)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
-        bound = server.sockets[0].getsockname()
+        bound = self.admin_runner.addresses[0]  # whatever the loop's Server class is
         return str(bound[0]), int(bound[1])
 
     def _set_ready(self, ready: bool) -> None:
@@ -232,6 +233,7 @@ async def serve_forever(
     server = GatewayServer(loaded, config_path)
     admin = admin or loaded.config.admin
     host, port = await server.start(listen, admin)
+    settle()  # after start-up: what exists now lives forever (gateway.runtime)
     routes = ", ".join(f"{r.prefix} -> {r.upstream} ({r.mode.value})" for r in loaded.config.routes)
     log.info("mendpoint listening on http://%s:%d  routes: %s", host, port, routes)
     if server.admin_address is not None:

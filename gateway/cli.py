@@ -7,7 +7,6 @@ no input, however bad, produces a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import logging
@@ -19,7 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway import __version__
+from gateway import __version__, runtime
 from gateway.app import UnsafeRuntime, serve_forever
 from gateway.config.errors import ConfigError
 from gateway.config.loader import (
@@ -182,7 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
     setup_logging(level, "json" if fmt == "json" else "text", log_spec.access)
     admin_address = None if admin == "off" else (admin or loaded.config.admin)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(loaded, listen, admin_address, config_path=config))
+        runtime.run(serve_forever(loaded, listen, admin_address, config_path=config))
     return EXIT_OK
 
 

@@ -14,6 +14,7 @@ LAYERS = {
     "gateway.observe": 0,
     "gateway.streams": 0,
     "gateway.logs": 0,
+    "gateway.runtime": 0,
     "gateway.signatures": 0,
     "gateway.config": 1,
     "gateway.reload": 1,

@@ -1,13 +1,16 @@
 """The classifier: finds the first matching rule and turns it into a `Failure`.
 
-Rules are indexed by upstream status and by transport fault, so classifying one error
-scans only the rules that could apply to it, in their declared order; the cost does not
-grow with rules written for other statuses. The success path asks `has_rules_for(status)`,
-a dict lookup, and never touches the rules.
+Rules are indexed by upstream status and by transport fault, and within a status by the
+literal first segment of their path glob, so classifying one error scans only the rules that
+could apply to it, in their declared order: the cost does not grow with rules written for
+other statuses or other APIs (`/billing/**` rules are never tried on `/v1/...`). Rules that
+share the status and first segment are still tried one by one. The success path asks
+`has_rules_for(status)`, a dict lookup, and never touches the rules.
 """
 
 from __future__ import annotations
 
+import operator
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -52,7 +55,8 @@ class Classifier:
         if obs.tool is not None or obs.jsonrpc_code is not None:
             return self._mcp
         if obs.status is not None:
-            return self._by_status.get(obs.status, ())
+            index = self._by_status.get(obs.status)
+            return () if index is None else index.for_path(obs.path)
         return ()
 
     def classify(self, obs: Observation, deadline: float | None = None) -> Verdict | None:
@@ -73,7 +77,35 @@ class Classifier:
         return None
 
 
-def _index_statuses(rules: tuple[CompiledRule, ...]) -> dict[int, tuple[CompiledRule, ...]]:
+class PathIndex:
+    """One status's rules, narrowed by the request path's first segment.
+
+    `by_segment[s]` holds, in declared order, the rules whose glob starts with the literal
+    segment `s` together with the rules that can match under any segment; a path whose
+    first segment no rule names gets only the latter (`generic`).
+    """
+
+    __slots__ = ("by_segment", "generic")
+
+    def __init__(self, bucket: list[CompiledRule]) -> None:
+        self.generic = tuple(r for r in bucket if r.path_segment is None)
+        groups: dict[str, list[CompiledRule]] = defaultdict(list)
+        for rule in bucket:
+            if rule.path_segment is not None:
+                groups[rule.path_segment].append(rule)
+        by_order = operator.attrgetter("order")
+        self.by_segment = {
+            s: tuple(sorted((*group, *self.generic), key=by_order)) for s, group in groups.items()
+        }
+
+    def for_path(self, path: str) -> tuple[CompiledRule, ...]:
+        if not self.by_segment:
+            return self.generic
+        segment = path[1:].partition("/")[0] if path.startswith("/") else None
+        return self.by_segment.get(segment, self.generic) if segment else self.generic
+
+
+def _index_statuses(rules: tuple[CompiledRule, ...]) -> dict[int, PathIndex]:
     buckets: dict[int, list[CompiledRule]] = defaultdict(list)
     for rule in rules:
         if rule.transports is not None or rule.is_mcp:
@@ -82,7 +114,15 @@ def _index_statuses(rules: tuple[CompiledRule, ...]) -> dict[int, tuple[Compiled
         for low, high in ranges:
             for status in range(low, high + 1):
                 _append(buckets[status], rule)
-    return {status: tuple(bucket) for status, bucket in buckets.items()}
+    shared: dict[tuple[int, ...], PathIndex] = {}  # statuses with the same rules share one
+    out: dict[int, PathIndex] = {}
+    for status, bucket in buckets.items():
+        key = tuple(r.order for r in bucket)
+        index = shared.get(key)
+        if index is None:
+            index = shared[key] = PathIndex(bucket)
+        out[status] = index
+    return out
 
 
 def _index_transports(

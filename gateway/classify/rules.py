@@ -37,6 +37,7 @@ class CompiledRule:
     routes: frozenset[str] | None
     methods: frozenset[str] | None
     path: Pattern | None
+    path_segment: str | None  # the glob's literal first segment, for the engine's index
     headers: tuple[tuple[str, Pattern], ...]
     json_path: tuple[str | int, ...] | None
     json_regex: Pattern | None
@@ -135,6 +136,7 @@ def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
         routes=frozenset(match.routes) if match.routes is not None else None,
         methods=frozenset(match.methods) if match.methods is not None else None,
         path=compile_glob(match.path) if match.path is not None else None,
+        path_segment=literal_first_segment(match.path),
         headers=tuple((n, compile_regex(p)) for n, p in (match.headers or {}).items()),
         json_path=split_json_path(json_spec.path) if json_spec else None,
         json_regex=compile_regex(json_spec.regex) if json_spec and json_spec.regex else None,
@@ -147,6 +149,20 @@ def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
 
 class ClassifyTimeout(TimeoutError):
     """The whole classification ran past its wall-clock deadline: the caller fails open."""
+
+
+def literal_first_segment(glob: str | None) -> str | None:
+    """`/v1/orders/**` → `v1`: every path the glob matches starts with `/v1/` or is `/v1`.
+
+    None when the first segment holds a wildcard (or there is no glob): such a rule can
+    match under any first segment.
+    """
+    if glob is None or not glob.startswith("/"):
+        return None
+    segment = glob[1:].partition("/")[0]
+    if not segment or "*" in segment or "?" in segment:
+        return None
+    return segment
 
 
 def _search(

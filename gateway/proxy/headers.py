@@ -8,7 +8,7 @@ replaced (`X-Forwarded-Host`/`-Proto`, `Forwarded`), never trusted as-is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -47,13 +47,21 @@ def connection_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> froze
     return frozenset(names)
 
 
+# Precomputed once: the success path filters every header of every request against these.
+DROPPED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST
+
+
 def _end_to_end(
-    headers: CIMultiDictProxy[str] | CIMultiDict[str], also_drop: Iterable[str] = ()
+    headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = HOP_BY_HOP
 ) -> CIMultiDict[str]:
-    drop = HOP_BY_HOP | frozenset(also_drop)
     if "Connection" in headers:
         drop = drop | connection_named(headers)
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+    return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in drop])
+
+
+def _is_spoof(name: str) -> bool:
+    """An underscore spelling of a header the gateway manages (see `MANAGED_ON_REQUEST`)."""
+    return "_" in name and name.lower().replace("_", "-") in MANAGED_ON_REQUEST
 
 
 def upstream_request_headers(
@@ -66,8 +74,10 @@ def upstream_request_headers(
     request_id: str,
 ) -> CIMultiDict[str]:
     """The headers sent upstream: end-to-end ones plus honest forwarding information."""
-    spoofs = (k for k in incoming if "_" in k and k.lower().replace("_", "-") in MANAGED_ON_REQUEST)
-    headers = _end_to_end(incoming, REPLACED_ON_REQUEST.union(k.lower() for k in spoofs))
+    drop = DROPPED_ON_REQUEST
+    if any("_" in k for k in incoming):  # rare: only then look for underscore spoofs
+        drop = drop.union(k.lower() for k in incoming if _is_spoof(k))
+    headers = _end_to_end(incoming, drop)
     original_host = incoming.get("Host", "")
     headers["Host"] = original_host if preserve_host and original_host else upstream_host
     if peer:
@@ -89,10 +99,12 @@ def client_response_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]
     refuses to write: one such header from the upstream would drop the client's connection
     with no response at all. RFC 9110 §5.5 lets a recipient replace them with SP instead.
     """
-    headers = CIMultiDict(
-        (name, value if value.isprintable() else value.translate(_CONTROL_TO_SPACE))
-        for name, value in _end_to_end(upstream).items()
-    )
+    headers = _end_to_end(upstream)
+    if not all(value.isprintable() for value in headers.values()):  # rare: rebuild only then
+        headers = CIMultiDict(
+            (name, value if value.isprintable() else value.translate(_CONTROL_TO_SPACE))
+            for name, value in headers.items()
+        )
     headers.add("Via", VIA)
     return headers
 
@@ -101,11 +113,15 @@ def client_response_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]
 _CONTROL_TO_SPACE = {c: " " for c in (*range(0x20), 0x7F) if c != 0x09}
 
 
+# Printable ASCII but `"` and `;`: a host safe to quote in `Forwarded` (one C-level match).
+_HOST_TOKEN = re.compile(r"[\x21\x23-\x3a\x3c-\x7e]+")
+
+
 def _forwarded(peer: str | None, host: str, scheme: str) -> str:
     parts = []
     if peer:
         parts.append(f'for="[{peer}]"' if ":" in peer else f"for={peer}")
-    if host and all(0x21 <= ord(c) < 0x7F and c not in '";' for c in host):
+    if _HOST_TOKEN.fullmatch(host):
         parts.append(f'host="{host}"')
     parts.append(f"proto={scheme}")
     return ";".join(parts)

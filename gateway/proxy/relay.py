@@ -47,7 +47,9 @@ async def relay(
         if already_read:
             await response.write(already_read)
         if not complete:
-            async for chunk in upstream.content.iter_any():
+            # iter_chunks hands over each buffered chunk as received; iter_any joins the whole
+            # buffer into one new bytes object first (costly for large bodies under uvloop).
+            async for chunk, _ in upstream.content.iter_chunks():
                 await response.write(chunk)
     except UPSTREAM_ERRORS as exc:
         log.warning(

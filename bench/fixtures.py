@@ -1,0 +1,229 @@
+"""What the benchmark serves and how Mendpoint is configured for it.
+
+The upstream is nginx answering fixed bodies (never the bottleneck). Mendpoint gets the
+shipped default packs plus 50 realistic custom rules and a 20-skill catalog, and the error
+workload is one that a custom rule deep in that list classifies and a skill repairs, so
+classification, resolution and rendering all run on every error request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+OK_PATH = "/v1/items/42"
+ERROR_PATH = "/v1/csv/normalize"
+BIG_PATH = "/v1/blob"
+OK_BODY = json.dumps(
+    {
+        "id": 42,
+        "name": "apple",
+        "sku": "APL-0042",
+        "price": {"amount": 129, "currency": "EUR"},
+        "tags": ["fruit", "fresh", "organic"],
+        "stock": 310,
+        "updated_at": "2026-11-30T07:19:53Z",
+    },
+    separators=(",", ":"),
+)
+ERROR_STATUS = 400
+ERROR_BODY = '{"error":"Row at line 2 has 4 columns, expected 3","status":400}'
+BIG_BYTES = 10 * 1024 * 1024
+API_KEY = "bench-key-reader"
+API_KEY_HEADER = "X-Api-Key"
+MATCHING_RULE_INDEX = 45
+CUSTOM_RULES = 50
+SKILLS = 20
+
+NGINX_CONF = """\
+daemon off;
+worker_processes 1;
+pid {root}/nginx.pid;
+error_log {root}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    client_body_temp_path {root}/nginx-body;
+    proxy_temp_path {root}/nginx-proxy;
+    fastcgi_temp_path {root}/nginx-fastcgi;
+    uwsgi_temp_path {root}/nginx-uwsgi;
+    scgi_temp_path {root}/nginx-scgi;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        default_type application/json;
+        location = {ok} {{ return 200 '{ok_body}'; }}
+        location = {error} {{ return {error_status} '{error_body}'; }}
+        location = {big} {{ default_type application/octet-stream; alias {root}/big.bin; }}
+    }}
+}}
+"""
+
+
+def write_nginx(root: Path, port: int) -> Path:
+    """An nginx config (and the 10 MB file it serves) under `root`; returns the config path."""
+    big = root / "big.bin"
+    if not big.exists() or big.stat().st_size != BIG_BYTES:
+        big.write_bytes(bytes(range(256)) * (BIG_BYTES // 256))
+    conf = root / "nginx.conf"
+    conf.write_text(
+        NGINX_CONF.format(
+            root=root,
+            port=port,
+            ok=OK_PATH,
+            ok_body=OK_BODY,
+            error=ERROR_PATH,
+            error_status=ERROR_STATUS,
+            error_body=ERROR_BODY,
+            big=BIG_PATH,
+        )
+    )
+    return conf
+
+
+# (resource, status, category, json path, regex, code, intent) — shapes seen in real APIs.
+_SHAPES: tuple[tuple[str, int, str, str, str, str, str | None], ...] = (
+    ("payments", 402, "VALIDATION_ERROR", "error.code", "card_declined", "CARD_DECLINED", None),
+    ("orders", 409, "CONFLICT", "error.message", "(?i)version mismatch", "STALE_VERSION", None),
+    ("users", 422, "VALIDATION_ERROR", "detail.0.msg", "(?P<msg>.+)", "FIELD_INVALID", None),
+    (
+        "files",
+        413,
+        "PAYLOAD_TOO_LARGE",
+        "message",
+        "exceeds (?P<max>\\d+)",
+        "FILE_TOO_BIG",
+        "chunk",
+    ),
+    ("search", 400, "VALIDATION_ERROR", "error", "(?i)invalid query", "BAD_QUERY", "query_fix"),
+    ("reports", 400, "VALIDATION_ERROR", "message", "(?i)date range", "BAD_RANGE", None),
+    ("tokens", 401, "AUTH_REQUIRED", "error_description", "expired", "TOKEN_EXPIRED", "reauth"),
+    ("repos", 403, "PERMISSION_DENIED", "message", "(?i)must have push", "NO_PUSH", None),
+    ("exports", 400, "VALIDATION_ERROR", "error.type", "invalid_format", "BAD_FORMAT", "format"),
+    ("imports", 400, "VALIDATION_ERROR", "errors.0.detail", "(?i)encoding", "BAD_ENCODING", None),
+)
+
+
+def custom_rules() -> list[dict[str, object]]:
+    """50 rules; the one the error workload hits sits at `MATCHING_RULE_INDEX`."""
+    rules: list[dict[str, object]] = []
+    for i in range(CUSTOM_RULES - 1):
+        resource, status, category, path, pattern, code, intent = _SHAPES[i % len(_SHAPES)]
+        error: dict[str, object] = {
+            "code": f"{code}_{i}",
+            "category": category,
+            "fix_required": "Correct the request as the message describes, then reissue",
+        }
+        if intent:
+            error["recovery_intent"] = f"{intent}_{i % 7}"
+        rules.append(
+            {
+                "id": f"{resource}-{i}",
+                "match": {
+                    "status": [status],
+                    "path": f"/v{1 + i % 3}/{resource}/**",
+                    "json": {"path": path, "regex": pattern},
+                },
+                "error": error,
+            }
+        )
+    rules.insert(MATCHING_RULE_INDEX, _csv_rule())
+    return rules
+
+
+def _csv_rule() -> dict[str, object]:
+    return {
+        "id": "csv-malformed",
+        "match": {
+            "status": [400],
+            "path": "/v1/csv/**",
+            "json": {
+                "path": "error",
+                "regex": "Row at line (?P<line>\\d+) has (?P<got>\\d+) columns, "
+                "expected (?P<want>\\d+)",
+            },
+        },
+        "error": {
+            "code": "CSV_MALFORMED",
+            "category": "VALIDATION_ERROR",
+            "message": "Row {line} has {got} columns, expected {want}",
+            "fix_required": "Make row {line} match the header's {want} columns, then reissue",
+            "recovery_intent": "format_inspection",
+        },
+    }
+
+
+def skills() -> list[dict[str, object]]:
+    """20 skills; two repair the workload's intent (one in scope), the rest other intents."""
+    repairs = ("inspect", "prepare", "normalize", "sanitize", "decompose", "enrich")
+    out: list[dict[str, object]] = []
+    for i in range(SKILLS - 2):
+        out.append(
+            {
+                "name": f"tools.skill_{i}",
+                "version": "1.0.0",
+                "recovers": [f"query_fix_{i % 7}", f"chunk_{i % 7}"],
+                "repair": repairs[i % len(repairs)],
+                "purpose": f"Repair helper number {i} for the benchmark catalog.",
+                "scopes": ["data:read"],
+                "priority": 50 + i,
+            }
+        )
+    out.append(
+        {
+            "name": "schema.infer_csv_schema",
+            "version": "1.0.0",
+            "recovers": ["format_inspection"],
+            "repair": "inspect",
+            "purpose": "Inspect the CSV structure and find malformed rows before retrying.",
+            "scopes": ["data:read"],
+            "priority": 10,
+        }
+    )
+    out.append(
+        {
+            "name": "admin.rewrite_csv",
+            "version": "2.0.0",
+            "recovers": ["format_inspection"],
+            "repair": "normalize",
+            "purpose": "Rewrite the CSV with an administrator's tool.",
+            "scopes": ["admin"],
+            "priority": 5,
+        }
+    )
+    return out
+
+
+def mendpoint_config(upstream: str, mode: str, access_log: bool) -> dict[str, object]:
+    """The gateway config for one benchmark run (as data; written as JSON, which is YAML).
+
+    No admin listener (nothing else to bind); the JSON access log only when asked, since
+    it is measured as its own row.
+    """
+    key_hash = hashlib.sha256(API_KEY.encode()).hexdigest()
+    return {
+        "listen": "127.0.0.1:0",
+        "admin": None,
+        "log": {"level": "warning", "access": access_log},
+        "shutdown": {"drain_delay_s": 0, "grace_s": 5},
+        "include": ["builtin:http-defaults"],
+        "routes": [{"name": "api", "prefix": "/", "upstream": upstream, "mode": mode}],
+        "callers": {
+            "header": API_KEY_HEADER,
+            "keys": [{"name": "reader", "key": f"sha256:{key_hash}", "scopes": ["data:read"]}],
+        },
+        "resolver": {"budget_ms": 50, "max_options": 3},
+        "skills": skills(),
+        "rules": custom_rules(),
+    }
+
+
+def write_mendpoint_config(root: Path, upstream: str, mode: str, access_log: bool) -> Path:
+    port = upstream.rsplit(":", 1)[-1].strip("/")
+    path = root / f"mendpoint-{mode}-{port}{'-log' if access_log else ''}.yaml"
+    path.write_text(json.dumps(mendpoint_config(upstream, mode, access_log), indent=1))
+    return path

@@ -1,0 +1,173 @@
+"""The markdown the benchmark prints: medians with their ratio to the bare proxy, then targets.
+
+Absolute medians are shown so a reader can sanity-check the run, but every verdict is a
+ratio between two medians of the same run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COLUMNS = (
+    "direct",
+    "bare",
+    "mitmproxy",
+    "mendpoint-original",
+    "mendpoint-headers",
+    "mendpoint-additive",
+    "mendpoint-envelope",
+    "bare+log",
+    "mendpoint-additive+log",
+)
+LATENCY = ("ok-1", "error-1")
+ACCESS_LOG = "mendpoint-additive+log"
+TIMES = "\u00d7"  # the multiplication sign, kept out of literals for the linter
+Medians = dict[str, dict[str, dict[str, Any]]]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _cell(workload: str, system: str, medians: Medians) -> str:
+    mine = medians.get(workload, {}).get(system)
+    base = medians.get(workload, {}).get("bare")
+    if mine is None:
+        return "—"
+    key = "p50_ms" if workload in LATENCY else "rps"
+    value = f"{mine[key]:.3f} ms" if key == "p50_ms" else f"{mine[key]:,.0f}/s"
+    r = ratio(mine[key], base[key]) if base else None
+    text = value if r is None else f"{value} ({r:.2f}{TIMES})"
+    if workload == "10mb-32" and mine.get("rss_mib") is not None:
+        rss_r = ratio(mine["rss_mib"], base["rss_mib"]) if base else None
+        text += f", {mine['rss_mib']:.0f} MiB" + (f" ({rss_r:.2f}{TIMES})" if rss_r else "")
+    return text
+
+
+def _header(columns: list[str]) -> list[str]:
+    header = "| workload | " + " | ".join(c.removeprefix("mendpoint-") for c in columns) + " |"
+    return [header, "|---" * (len(columns) + 1) + "|"]
+
+
+def _columns(medians: Medians) -> list[str]:
+    present = {system for by_system in medians.values() for system in by_system}
+    extra = sorted(present - set(COLUMNS))
+    return [c for c in COLUMNS if c in present] + extra
+
+
+def table(medians: Medians) -> str:
+    columns = _columns(medians)
+    lines = _header(columns)
+    for workload in medians:
+        cells = [_cell(workload, c, medians) for c in columns]
+        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cpu_table(medians: Medians) -> str:
+    """CPU time the system under test spent per request: steadier than throughput on a
+    shared machine, since time the process is not scheduled does not count."""
+    columns = [c for c in _columns(medians) if c != "direct"]
+    lines = _header(columns)
+    for workload, by_system in medians.items():
+        base = by_system.get("bare", {}).get("cpu_us_per_request")
+        cells = []
+        for system in columns:
+            value = by_system.get(system, {}).get("cpu_us_per_request")
+            r = ratio(value, base)
+            cells.append(
+                "—" if value is None else f"{value:.0f} µs" + (f" ({r:.2f}{TIMES})" if r else "")
+            )
+        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _get(medians: Medians, workload: str, system: str, key: str) -> float | None:
+    value = medians.get(workload, {}).get(system, {}).get(key)
+    return float(value) if value is not None else None
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, float | None, bool | None]]:
+    """(measure, target, measured ratio, met?) for every target the issue sets."""
+    m: Medians = results["medians"]
+    add = "mendpoint-additive"
+
+    def r(workload: str, system: str, base: str, key: str = "rps") -> float | None:
+        return ratio(_get(m, workload, system, key), _get(m, workload, base, key))
+
+    rules = results.get("rule_scaling") or {}
+    rows: list[tuple[str, float | None, str, float]] = [
+        ("success throughput, 32 conns, additive / bare", r("ok-32", add, "bare"), ">=", 0.9),
+        (
+            "success throughput, 32 conns, additive / mitmproxy",
+            r("ok-32", add, "mitmproxy"),
+            ">=",
+            8,
+        ),
+        (
+            "success p50 latency, 1 conn, additive / bare",
+            r("ok-1", add, "bare", "p50_ms"),
+            "<=",
+            1.2,
+        ),
+        ("error-path throughput, 32 conns, additive / bare", r("error-32", add, "bare"), ">=", 0.8),
+        ("10 MB throughput, 32 conns, additive / bare", r("10mb-32", add, "bare"), ">=", 0.9),
+        ("10 MB peak RSS, additive / bare", r("10mb-32", add, "bare", "rss_mib"), "<=", 1.5),
+        ("classification, 10,000 rules / 10 rules", rules.get("ratio_10000_to_10"), "<=", 1.5),
+        (
+            "success throughput, access log on / bare without",
+            r("ok-32", ACCESS_LOG, "bare"),
+            ">=",
+            0.8,
+        ),
+    ]
+    out: list[tuple[str, str, float | None, bool | None]] = []
+    for name, value, op, limit in rows:
+        met = None if value is None else (value >= limit if op == ">=" else value <= limit)
+        target = f"{'≥' if op == '>=' else '≤'} {limit:g}{TIMES}"
+        out.append((name, target, value, met))
+    return out
+
+
+def targets_table(results: dict[str, Any]) -> str:
+    lines = ["| measure | target | measured | met |", "|---|---|---|---|"]
+    for name, target, value, met in targets(results):
+        shown = "n/a" if value is None else f"{value:.2f}{TIMES}"
+        verdict = "n/a" if met is None else ("yes" if met else "**no**")
+        lines.append(f"| {name} | {target} | {shown} | {verdict} |")
+    return "\n".join(lines)
+
+
+def rules_table(rules: dict[str, Any] | None) -> str:
+    if not rules:
+        return ""
+    lines = ["| rules | classify one error (median) | ratio to 10 rules |", "|---|---|---|"]
+    base = rules["median_us"]["10"]
+    for count, value in rules["median_us"].items():
+        lines.append(f"| {int(count):,} | {value:.1f} µs | {value / base:.2f}{TIMES} |")
+    return "\n".join(lines)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    machine = results["machine"]
+    s = results["settings"]
+    parts = [
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
+        f"Linux {machine['kernel']}. Medians of {s['reps']} interleaved runs "
+        f"{TIMES} {s['seconds']} s "
+        f"(warm-up {s['warmup']} s); wrk on core 0, system under test on core 1. Ratios are "
+        "to the bare aiohttp proxy in the same run; 1-connection rows show p50 latency.",
+        "",
+        table(results["medians"]),
+        "",
+        "CPU time of the system under test per request (median; ratio to bare):",
+        "",
+        cpu_table(results["medians"]),
+        "",
+        rules_table(results.get("rule_scaling")),
+        "",
+        targets_table(results),
+    ]
+    return "\n".join(parts)

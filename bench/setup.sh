@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what `make bench` needs on a fresh Debian machine (run as root): nginx and wrk from
+# Debian's packages, uvloop into the project venv (the bare proxy runs on it), and mitmproxy
+# into a venv of its own (.venv/bench-mitm) so its pinned dependencies never touch the
+# project's. Idempotent: what is already there is not fetched again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v taskset >/dev/null 2>&1 || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+.venv/bin/python -c 'import uvloop' 2>/dev/null || .venv/bin/pip install --quiet uvloop
+if [ ! -x .venv/bench-mitm/bin/mitmdump ]; then
+    python3 -m venv .venv/bench-mitm
+    .venv/bench-mitm/bin/pip install --quiet mitmproxy
+fi

@@ -1,0 +1,150 @@
+"""The systems side by side, and the workloads each one runs.
+
+A system is a command line that proxies 127.0.0.1:PORT to an upstream URL (or, for `direct`,
+nothing: wrk talks to nginx itself). Each measurement starts a fresh process, so peak RSS
+belongs to that one run and no run inherits another's warm state.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import fixtures
+from bench.harness import Reply
+
+ROOT = Path(__file__).resolve().parent.parent
+MITMDUMP = ROOT / ".venv" / "bench-mitm" / "bin" / "mitmdump"
+MODES = ("original", "headers", "additive", "envelope")
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    name: str
+    path: str
+    conns: int
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    dead_upstream: bool = False
+    latency: bool = False
+
+
+WORKLOADS = (
+    Workload("ok-32", fixtures.OK_PATH, 32, 200),
+    Workload("ok-1", fixtures.OK_PATH, 1, 200, latency=True),
+    Workload(
+        "error-32",
+        fixtures.ERROR_PATH,
+        32,
+        fixtures.ERROR_STATUS,
+        {fixtures.API_KEY_HEADER: fixtures.API_KEY},
+    ),
+    Workload(
+        "error-1",
+        fixtures.ERROR_PATH,
+        1,
+        fixtures.ERROR_STATUS,
+        {fixtures.API_KEY_HEADER: fixtures.API_KEY},
+        latency=True,
+    ),
+    Workload("10mb-32", fixtures.BIG_PATH, 32, 200),
+    Workload("down-32", fixtures.OK_PATH, 32, 502, dead_upstream=True),
+)
+
+Command = Callable[[str, int, Path], list[str]]
+
+
+def bare(access_log: bool) -> Command:
+    def command(upstream: str, port: int, _root: Path) -> list[str]:
+        script = str(ROOT / "bench" / "bare_proxy.py")
+        argv = [sys.executable, script, "--upstream", upstream, "--port", str(port)]
+        return argv + (["--access-log"] if access_log else [])
+
+    return command
+
+
+def mitm(upstream: str, port: int, root: Path) -> list[str]:
+    return [
+        str(MITMDUMP),
+        "--mode",
+        f"reverse:{upstream}",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        str(port),
+        "--quiet",
+        "--set",
+        f"confdir={root / 'mitm'}",
+        "--set",
+        "stream_large_bodies=1m",
+        "--set",
+        "connection_strategy=lazy",  # answer 502 when the upstream is down, not a reset
+    ]
+
+
+def mendpoint(mode: str, access_log: bool = False, env: tuple[str, ...] = ()) -> Command:
+    """`env` (NAME=VALUE items) turns a lever off, for the A/B variants."""
+
+    def command(upstream: str, port: int, root: Path) -> list[str]:
+        config = fixtures.write_mendpoint_config(root, upstream, mode, access_log)
+        listen = f"127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+        return [*(["env", *env] if env else []), *argv, "--listen", listen]
+
+    return command
+
+
+# Lever A/B variants: measured only when named with --systems (not in the default plan).
+VARIANTS = {
+    "mendpoint-additive[asyncio]": ("MENDPOINT_LOOP=asyncio",),
+    "mendpoint-additive[gc-default]": ("MENDPOINT_GC=default",),
+    "mendpoint-additive[no-levers]": ("MENDPOINT_LOOP=asyncio", "MENDPOINT_GC=default"),
+}
+
+
+def systems() -> dict[str, Command | None]:
+    """Name → command; `direct` has none (wrk goes straight to nginx)."""
+    table: dict[str, Command | None] = {"direct": None, "bare": bare(False), "mitmproxy": mitm}
+    for mode in MODES:
+        table[f"mendpoint-{mode}"] = mendpoint(mode)
+    table["bare+log"] = bare(True)
+    table["mendpoint-additive+log"] = mendpoint("additive", access_log=True)
+    for name, env in VARIANTS.items():
+        table[name] = mendpoint("additive", env=env)
+    return table
+
+
+def applies(system: str, workload: Workload) -> bool:
+    """Which pairs are measured: every mode where modes differ, one mode where they cannot."""
+    if system == "direct":
+        return not workload.dead_upstream
+    if system.endswith("+log"):
+        return workload.name == "ok-32"
+    if workload.name == "10mb-32" and system.startswith("mendpoint-"):
+        return system.split("[")[0] in ("mendpoint-additive", "mendpoint-original")
+    return True
+
+
+def check(system: str, workload: Workload, reply: Reply) -> str | None:
+    """What is wrong with a sample reply (so a broken setup is never benchmarked), or None."""
+    if reply.status != workload.status:
+        return f"status {reply.status}, expected {workload.status}"
+    if workload.name == "10mb-32" and len(reply.body) != fixtures.BIG_BYTES:
+        return f"body of {len(reply.body)} bytes, expected {fixtures.BIG_BYTES}"
+    if not system.startswith("mendpoint-") or workload.status < 400:
+        return None
+    mode = system.removeprefix("mendpoint-").split("[")[0]
+    marker = {
+        ("error", "additive"): b'"available":true',
+        ("error", "envelope"): b'"available":true',
+        ("error", "original"): fixtures.ERROR_BODY.encode(),
+        ("down", "additive"): b"UPSTREAM_UNREACHABLE",
+        ("down", "envelope"): b"UPSTREAM_UNREACHABLE",
+    }.get((workload.name.split("-")[0], mode))
+    if marker is not None and marker not in reply.body:
+        return f"body lacks {marker!r}: {reply.body[:200]!r}"
+    if mode == "headers" and "X-Error-Code" not in reply.headers:
+        return "no X-Error-Code header in headers mode"
+    return None

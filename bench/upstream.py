@@ -1,0 +1,72 @@
+"""The nginx upstream: fixed bodies from one worker, on loopback, for the run's lifetime."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+from bench import harness
+from bench.fixtures import OK_PATH, write_nginx
+
+
+class Nginx:
+    """nginx in the foreground (`daemon off`), pinned to the load core unless moved."""
+
+    def __init__(self, root: Path, port: int) -> None:
+        self.root = root
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Nginx:
+        self.root.chmod(0o755)  # the worker runs as an unprivileged user and reads big.bin
+        conf = write_nginx(self.root, self.port)
+        (self.root / "big.bin").chmod(0o644)
+        argv = [
+            shutil.which("nginx") or "/usr/sbin/nginx",
+            "-c",
+            str(conf),
+            "-p",
+            str(self.root),
+            "-e",
+            str(self.root / "err.log"),
+        ]
+        with (self.root / "nginx.out").open("ab") as out:
+            self.proc = subprocess.Popen(
+                harness.pinned(harness.LOAD_CORE, argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        harness.wait_ready(self.url + OK_PATH, self.proc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            harness.stop(self.proc)
+
+    def pin(self, core: int) -> None:
+        """Move the master and its workers (for the direct runs nginx is the system)."""
+        assert self.proc is not None
+        harness.repin([self.proc.pid, *_children(self.proc.pid)], core)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def free_port() -> int:
+    """A port nothing listens on now (also used as the dead upstream for transport failures)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
