@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run test test-slow lint typecheck check-all clean mcp-servers
+.PHONY: run test test-slow soak lint typecheck check-all clean mcp-servers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,25 @@ test: $(STAMP) $(MCP_SERVERS) lint typecheck
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q || [ $$? -eq 5 ]
+
+# Not part of CI: minutes of mixed traffic through a gateway process (tests/soak/soak.py).
+SOAK_SECONDS ?= 300
+soak: $(STAMP)
+	$(BIN)/python tests/soak/soak.py --seconds $(SOAK_SECONDS)
+
+# The benchmark (bench/run.py): nginx upstream, wrk load, pinned cores, interleaved runs,
+# medians and ratios against the bare proxy and mitmproxy of the same run. It installs nginx,
+# wrk, uvloop and mitmproxy itself (bench/setup.sh; root on Debian). bench-smoke runs every
+# case once for a second, in CI, so the harness never rots; it asserts nothing about speed.
+BENCH_ARGS ?=
+.PHONY: bench bench-smoke
+bench: $(STAMP)
+	bench/setup.sh
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-smoke: $(STAMP)
+	bench/setup.sh
+	$(BIN)/python -m bench.run --smoke
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

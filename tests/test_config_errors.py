@@ -603,4 +603,5 @@ def test_non_utf8_config_is_refused(tmp_path: Path) -> None:
     path = tmp_path / CONFIG
     path.write_bytes(HEAD.encode() + b"listen: \xff\n")
     error = _refused(str(path))
-    assert str(error).startswith(f"{path}: not UTF-8 text")
+    line = HEAD.count("\n") + 1  # the line holding the bad byte
+    assert str(error).startswith(f"{path}:{line}: not UTF-8 text")

@@ -306,7 +306,8 @@ def _read_yaml(path: str) -> YamlDoc:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError.single(path, None, "", f"not UTF-8 text ({exc.reason})") from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError.single(path, line, "", f"not UTF-8 text ({exc.reason})") from None
     return parse_yaml(text, path)
 
 

@@ -9,6 +9,7 @@ name `FILE:LINE`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,13 +73,35 @@ def _syntax_error(exc: yaml.YAMLError, text: str, file: str) -> ConfigError:
     return ConfigError.single(file, line, "", f"invalid YAML: {message}")
 
 
+MAX_DEPTH = 64
+STANDARD_COLLECTION_TAGS = frozenset(
+    {None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:omap"}
+)
+
+
 def _refuse_anchors(text: str, file: str) -> None:
+    """One streaming pass that refuses anchors, aliases, foreign tags and deep nesting.
+
+    Depth is checked here, on events, because the recursive composer takes tens of seconds
+    to reach Python's recursion limit on a few thousand nested brackets.
+    """
+    depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark else None
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            line = event.start_mark.line + 1 if event.start_mark else None
             raise ConfigError.single(
                 file, line, "", "YAML anchors and aliases are not allowed; write values out"
             )
+        if isinstance(event, yaml.CollectionStartEvent):
+            if event.tag not in STANDARD_COLLECTION_TAGS:
+                raise ConfigError.single(file, line, "", f"YAML tag {event.tag!r} is not allowed")
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError.single(
+                    file, line, "", f"invalid YAML: nested deeper than {MAX_DEPTH} levels"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def _build(
@@ -101,12 +124,49 @@ def _build(
 
 def _construct(node: yaml.Node, loader: yaml.SafeLoader) -> tuple[Any, str | None]:
     """A scalar's value, or None and a one-line reason (`!!int x` raises a bare ValueError)."""
+    ambiguous = _yaml11_surprise(node, loader)
+    if ambiguous is not None:
+        return None, ambiguous
     try:
         return loader.construct_object(node, deep=True), None
     except yaml.MarkedYAMLError as exc:
         return None, exc.problem or str(exc).splitlines()[0]
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError):
-        return None, f"{node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]}"
+        return None, f"{_short(node.value)} is not a valid {node.tag.rsplit(':', 1)[-1]}"
+
+
+BOOL_TAG = "tag:yaml.org,2002:bool"
+INT_TAG = "tag:yaml.org,2002:int"
+PLAIN_DECIMAL = re.compile(r"[-+]?(0|[1-9][0-9]*)\Z")
+
+
+def _yaml11_surprise(node: yaml.Node, loader: yaml.SafeLoader) -> str | None:
+    """Why an unquoted scalar would not mean what it looks like, or None.
+
+    PyYAML implements YAML 1.1: `NO`, `off`, `y` become booleans (a country code, a mode or
+    an answer silently turns into `false`), `010` is octal 8 and `1:20` is sexagesimal 80.
+    Only the spellings that YAML 1.2 and every reader agree on are accepted unquoted.
+    """
+    if not isinstance(node, yaml.ScalarNode) or node.style is not None:
+        return None
+    implicit: str = loader.resolve(yaml.ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
+    if implicit != node.tag:
+        return None  # an explicit tag (`!!bool x`): its own constructor judges it
+    if node.tag == BOOL_TAG and node.value not in (
+        "true",
+        "false",
+        "True",
+        "False",
+        "TRUE",
+        "FALSE",
+    ):
+        return f"{_short(node.value)} is a YAML 1.1 boolean; write true or false, or quote it"
+    if node.tag == INT_TAG and not PLAIN_DECIMAL.match(node.value):
+        return (
+            f"{_short(node.value)} is a YAML 1.1 number in another base;"
+            " write it in decimal, or quote it"
+        )
+    return None
 
 
 def _build_mapping(
@@ -149,3 +209,9 @@ def _dotted(path: Path) -> str:
     for segment in path:
         out += f"[{segment}]" if isinstance(segment, int) else (f".{segment}" if out else segment)
     return out
+
+
+def _short(value: object) -> str:
+    """A value quoted for a one-line message, cut so a 5,000-digit number stays readable."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
