@@ -234,7 +234,10 @@ async def serve_forever(
     admin = admin or loaded.config.admin
     host, port = await server.start(listen, admin)
     settle()  # after start-up: what exists now lives forever (gateway.runtime)
-    routes = ", ".join(f"{r.prefix} -> {r.upstream} ({r.mode.value})" for r in loaded.config.routes)
+    routes = ", ".join(
+        f"{r.prefix} -> {r.upstream or ' '.join(r.command or [])} ({r.mode.value})"
+        for r in loaded.config.routes
+    )
     log.info("mendpoint listening on http://%s:%d  routes: %s", host, port, routes)
     if server.admin_address is not None:
         log.info(
