@@ -65,5 +65,19 @@ bench-smoke: $(STAMP)
 	bench/setup.sh
 	$(BIN)/python -m bench.run --smoke
 
+# The benchmark (bench/run.py): nginx upstream, wrk load, pinned cores, interleaved runs,
+# medians and ratios against the bare proxy and mitmproxy of the same run. It installs nginx,
+# wrk, uvloop and mitmproxy itself (bench/setup.sh; root on Debian). bench-smoke runs every
+# case once for a second, in CI, so the harness never rots; it asserts nothing about speed.
+BENCH_ARGS ?=
+.PHONY: bench bench-smoke
+bench: $(STAMP)
+	bench/setup.sh
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-smoke: $(STAMP)
+	bench/setup.sh
+	$(BIN)/python -m bench.run --smoke
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

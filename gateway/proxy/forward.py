@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 from gateway.failure import TransportKind
 from gateway.logs import AccessRecord
 from gateway.mcp.http_route import handle_mcp
-from gateway.observe import IN_FLIGHT, REQUESTS, UPSTREAM_LATENCY, method_label, status_class
+from gateway.observe import IN_FLIGHT, count_request, observe_upstream
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.proxy.failure_path import (
     Context,
@@ -53,11 +53,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         IN_FLIGHT.dec()
-        REQUESTS.labels(
-            route=record.route,
-            method=method_label(record.method),
-            status_class=status_class(record.status),
-        ).inc()
+        count_request(record.route, record.method, record.status)
         record.emit()
 
 
@@ -119,7 +115,7 @@ async def forward(
         return await answer_transport_failure(ctx, TransportKind.INVALID_RESPONSE)
     record.upstream_ms = (time.monotonic() - sent) * 1000
     record.upstream_status = upstream.status
-    UPSTREAM_LATENCY.labels(route=record.route).observe(record.upstream_ms / 1000)
+    observe_upstream(record.route, record.upstream_ms / 1000)
     try:
         if upstream.status < 400 and not state.classifier.has_rules_for(upstream.status):
             headers = client_response_headers(upstream.headers)
@@ -143,7 +139,7 @@ def request_id_of(request: web.Request) -> str:
     value = request.headers.get(REQUEST_ID)
     if value and len(value) <= 200 and all(0x21 <= ord(c) <= 0x7E for c in value):
         return value
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # uuid4().hex's length and randomness, at a third of the cost
 
 
 def plain(status: int, text: str, request_id: str) -> web.Response:
