@@ -18,8 +18,8 @@ run: $(STAMP)
 	@$(BIN)/python examples/run_demo.py --demo-listen $(DEMO_LISTEN) --listen $(LISTEN)
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway tests examples
-	$(BIN)/ruff format --check gateway tests examples
+	$(BIN)/ruff check gateway tests examples bench
+	$(BIN)/ruff format --check gateway tests examples bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -50,20 +50,6 @@ test-slow: $(STAMP)
 SOAK_SECONDS ?= 300
 soak: $(STAMP)
 	$(BIN)/python tests/soak/soak.py --seconds $(SOAK_SECONDS)
-
-# The benchmark (bench/run.py): nginx upstream, wrk load, pinned cores, interleaved runs,
-# medians and ratios against the bare proxy and mitmproxy of the same run. It installs nginx,
-# wrk, uvloop and mitmproxy itself (bench/setup.sh; root on Debian). bench-smoke runs every
-# case once for a second, in CI, so the harness never rots; it asserts nothing about speed.
-BENCH_ARGS ?=
-.PHONY: bench bench-smoke
-bench: $(STAMP)
-	bench/setup.sh
-	$(BIN)/python -m bench.run $(BENCH_ARGS)
-
-bench-smoke: $(STAMP)
-	bench/setup.sh
-	$(BIN)/python -m bench.run --smoke
 
 # The benchmark (bench/run.py): nginx upstream, wrk load, pinned cores, interleaved runs,
 # medians and ratios against the bare proxy and mitmproxy of the same run. It installs nginx,
