@@ -261,7 +261,8 @@ async def test_sse_unchanged_events_are_byte_identical_crlf() -> None:
     ("origin", "host", "route", "refused"),
     [
         (None, "gw:8080", {}, False),
-        ("http://gw:8080", "gw:8080", {}, False),
+        ("http://127.0.0.1:8080", "127.0.0.1:8080", {}, False),
+        ("http://gw:8080", "gw:8080", {}, True),
         ("http://evil.example", "gw:8080", {}, True),
         ("https://app.example", "gw:8080", {"allowed_origins": ["https://app.example"]}, False),
         ("https://other.example", "gw:8080", {"allowed_origins": ["https://app.example"]}, True),
@@ -272,6 +273,7 @@ async def test_sse_unchanged_events_are_byte_identical_crlf() -> None:
     ids=[
         "no-origin",
         "same-origin",
+        "same-origin-dns-name",
         "foreign-origin",
         "listed",
         "unlisted",

@@ -40,6 +40,7 @@ from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,
+    encode,
     parse_message,
     request_key,
     requests_in,
@@ -300,7 +301,8 @@ async def _post(
     upgrader: Upgrader,
 ) -> web.StreamResponse:
     message = parse_message(body) if body else None
-    if not isinstance(message, dict) and not (isinstance(message, list) and message):
+    lines = _lines(body, message)
+    if lines is None or not isinstance(message, dict | list) or message == []:
         return _rpc_error(400, PARSE_ERROR, "Parse error: the body is not a JSON-RPC message", ctx)
     if session_id:
         session = bridges.get(session_id, ctx.route.spec.name)
@@ -326,7 +328,7 @@ async def _post(
             )
             return await answer_transport_failure(ctx, TransportKind.CONNECT_REFUSED)
     with session.busy():
-        return await _exchange(request, ctx, session, message, body, upgrader)
+        return await _exchange(request, ctx, session, message, lines, upgrader)
 
 
 async def _exchange(
@@ -334,12 +336,12 @@ async def _exchange(
     ctx: Context,
     session: BridgeSession,
     message: Any,
-    body: bytes,
+    lines: bytes,
     upgrader: Upgrader,
 ) -> web.StreamResponse:
     outstanding = _request_ids(message)
     if not outstanding:  # notifications and responses only
-        await session.send(_lines(body, message))
+        await session.send(lines)
         return web.Response(status=202, headers=_headers(session, ctx))
     stream = "text/event-stream" in request.headers.get("Accept", "").lower()
     waiter = session.expect(outstanding, stream)
@@ -348,7 +350,7 @@ async def _exchange(
         local.add(key, pending)
     answer = _Answer(ctx, session, waiter, Tracker(local, None), upgrader)
     try:
-        await session.send(_lines(body, message))
+        await session.send(lines)
         if stream:
             return await answer.stream(request)
         return await answer.json(isinstance(message, list))
@@ -421,7 +423,7 @@ async def _listen(request: web.Request, ctx: Context, session: BridgeSession) ->
 
 def _answer_gone(waiter: Waiter) -> None:
     for key, method in list(waiter.outstanding.items()):
-        waiter.deliver(key, dump(server_gone(key[1], method)) + b"\n")
+        waiter.deliver(key, (encode(server_gone(key[1], method)) or b"") + b"\n")
 
 
 def _response_key(message: Any) -> RequestKey | None:
@@ -448,11 +450,13 @@ def _starts_session(message: Any) -> bool:
     return any(isinstance(i, dict) and i.get("method") == "initialize" for i in items)
 
 
-def _lines(body: bytes, message: Any) -> bytes:
+def _lines(body: bytes, message: Any) -> bytes | None:
     """The body as stdio lines: a batch one message a line; line breaks (JSON whitespace only,
-    never inside strings) become spaces so a pretty-printed body stays one line."""
+    never inside strings) become spaces so a pretty-printed body stays one line. None when a
+    batch member cannot be written back as sent (a number past float range)."""
     if isinstance(message, list):
-        return b"".join(dump(item) + b"\n" for item in message)
+        items = [encode(item) for item in message]
+        return None if None in items else b"".join(item + b"\n" for item in items if item)
     return body.strip().replace(b"\r", b" ").replace(b"\n", b" ") + b"\n"
 
 

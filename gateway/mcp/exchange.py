@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.envelope import dump
 from gateway.failure import Mode
 from gateway.mcp.jsonrpc import (
     Pending,
     RequestTable,
+    encode,
     may_be_response,
     may_need_rewrite,
     parse_message,
@@ -101,4 +101,4 @@ async def rewrite_payload(
         o.message if o is not None and o.message is not None else item
         for item, o in zip(batch, outcomes, strict=True)
     ]
-    return dump(out if isinstance(message, list) else out[0]), headers
+    return encode(out if isinstance(message, list) else out[0]), headers

@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.envelope import dump
 from gateway.mcp.bridge import serve_bridge
 from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
@@ -48,6 +49,8 @@ async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.Str
     why = refusal(request.headers.get("Origin"), request.headers.get("Host"), spec)
     if why is not None:
         return _plain(403, why, ctx.request_id)
+    if not _session_id_valid(request.headers.getall(SESSION_HEADER, [])):
+        return _bad_session_id(ctx.request_id)
     runtime = request.app[MCP_RUNTIME]
     limits = ctx.state.loaded.config.limits
     body = b""
@@ -179,6 +182,22 @@ async def _relay_stream(
         return response
     await response.write_eof()
     return response
+
+
+def _session_id_valid(values: list[str]) -> bool:
+    """At most one `Mcp-Session-Id`, of visible ASCII only (0x21-0x7E, MCP transport spec)."""
+    return len(values) <= 1 and all(0x21 <= ord(c) <= 0x7E for c in "".join(values))
+
+
+def _bad_session_id(request_id: str) -> web.Response:
+    """400 before anything reaches the server, as a JSON-RPC error with no id."""
+    message = "Bad Request: Mcp-Session-Id must be one value of visible ASCII characters"
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}
+    return web.Response(
+        status=400,
+        body=dump(error),
+        headers={"Content-Type": "application/json", REQUEST_ID: request_id},
+    )
 
 
 def _plain(status: int, text: str, request_id: str) -> web.Response:

@@ -77,6 +77,23 @@ def parse_message(raw: bytes | str) -> Any:
         return None
 
 
+def encode(value: Any) -> bytes | None:
+    """A message as compact UTF-8 JSON, or None when it cannot be written back as it came.
+
+    Python reads a number past float range (`1e400`) as inf, which is not JSON: such a message
+    must go out as the server's bytes. A lone surrogate (`"\\ud800"`, legal as an escape)
+    has no UTF-8 form, so a message holding one is written with escapes instead.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return None
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
 def may_be_response(raw: bytes) -> bool:
     """Cheap byte test run before any parsing: could this hold a JSON-RPC response?"""
     return b'"id"' in raw and (b'"result"' in raw or b'"error"' in raw)

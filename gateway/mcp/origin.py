@@ -3,10 +3,15 @@
 The gateway rewrites `Host` to the upstream's, so the server behind it can no longer tell a
 rebound browser request from a real one; the gateway checks instead (MCP transport spec:
 servers MUST validate `Origin`). No `Origin` (a non-browser client) is allowed; an `Origin`
-is allowed when it is listed, or, with no list, when it names the host the request came to.
+is allowed when it is listed, or, with no list, when it names the host the request came to
+and that host is `localhost` or an IP address. A page on a DNS name that resolves to the
+gateway (DNS rebinding) has an `Origin` equal to its `Host`, so a same-origin name proves
+nothing; such origins must be listed.
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 from gateway.config.models import RouteSpec
 
@@ -24,7 +29,7 @@ def origin_allowed(origin: str, host: str | None, allowed: list[str] | None) -> 
     wanted = origin.strip().rstrip("/").lower()
     if allowed is None:
         netloc = wanted.partition("://")[2]
-        return bool(host) and netloc == (host or "").lower()
+        return bool(host) and netloc == (host or "").lower() and _not_rebindable(netloc)
     return "*" in allowed or wanted in {a.rstrip("/").lower() for a in allowed}
 
 
@@ -34,3 +39,16 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
     entries = {a.lower() for a in allowed}
     return host in entries or name in entries
+
+
+def _not_rebindable(netloc: str) -> bool:
+    """`localhost` or an IP literal: names no attacker's DNS can point at the gateway."""
+    bracketed = netloc.startswith("[")
+    name = netloc[1:].partition("]")[0] if bracketed else netloc.rsplit(":", 1)[0]
+    if name == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

@@ -74,7 +74,7 @@ def upgraded_tool_result(
     upgraded["content"] = items
     meta = result.get("_meta")
     merged = dict(meta) if isinstance(meta, dict) else {}
-    merged.setdefault(FAILURE_META_KEY, payload)
+    merged[FAILURE_META_KEY] = payload  # ours: a server's look-alike never stands for it
     if tool_failure is not None:
         # An intermediary must relay a server's own classification unchanged (SEP-3313).
         merged.setdefault(TOOL_FAILURE_KEY, tool_failure)
@@ -91,9 +91,7 @@ def upgraded_error(error: Any, payload: dict[str, Any]) -> dict[str, Any] | None
     if "data" in error and not isinstance(data, dict):
         return None
     merged = dict(data) if isinstance(data, dict) else {}
-    if FAILURE_META_KEY in merged:
-        return None
-    merged[FAILURE_META_KEY] = payload
+    merged[FAILURE_META_KEY] = payload  # ours: a server's look-alike never stands for it
     return {**error, "data": merged}
 
 
@@ -109,7 +107,7 @@ def guided_tools_list(result: Any, sentence: str) -> dict[str, Any] | None:
             if description is None or (
                 isinstance(description, str) and sentence not in description
             ):
-                text = f"{description.rstrip()} {sentence}" if description else sentence
+                text = f"{description} {sentence}" if description else sentence
                 tool = {**tool, "description": text}
                 changed = True
         tools.append(tool)

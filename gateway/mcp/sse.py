@@ -6,10 +6,14 @@ its `data:` payload is a JSON-RPC response the rewriter changes; then only the `
 are replaced (by one line), and its `id:`, `event:`, `retry:` and comment lines stay where
 they were. Priming events (an `id:` and an empty `data:`) pass untouched. An event longer than
 the cap switches the rest of the stream to plain byte relaying rather than buffering it.
+Lines may end in CRLF, LF or a lone CR, mixed within one event, as the SSE grammar allows;
+each keeps its own ending. Only the bytes not yet scanned are searched for an event's end, so
+a huge event costs linear time.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterable, Awaitable, Callable
 
 RewriteData = Callable[[bytes], Awaitable[bytes | None]]
@@ -26,12 +30,11 @@ async def relay_events(
         if raw_mode:
             await write(chunk)
             continue
+        scan_from = max(0, len(pending) - 3)  # a blank line may straddle the chunks
         pending += chunk
-        while True:
-            end = _event_end(pending)
-            if end < 0:
-                break
+        while (end := _event_end(pending, scan_from)) >= 0:
             event, pending = pending[:end], pending[end:]
+            scan_from = 0
             await write(await rewrite_event(event, rewrite))
         if len(pending) > max_event_bytes:
             await write(pending)
@@ -40,19 +43,22 @@ async def relay_events(
         await write(pending)
 
 
-def _event_end(buffer: bytes) -> int:
+# A line ends in CRLF, LF or CR (a CR directly before an LF is half of a CRLF, never alone).
+_LINE_END = rb"\r\n|\r(?!\n)|\n"
+_LINE_ENDS = re.compile(b"(" + _LINE_END + b")")
+_BLANK_LINE = re.compile(b"(?:" + _LINE_END + b"){2}")
+
+
+def _event_end(buffer: bytes, start: int = 0) -> int:
     """The index just past the first event's terminating blank line, or -1 if incomplete."""
-    candidates = [i for i in (buffer.find(b"\n\n"), buffer.find(b"\r\n\r\n")) if i >= 0]
-    if not candidates:
-        return -1
-    first = min(candidates)
-    return first + (4 if buffer.startswith(b"\r\n\r\n", first) else 2)
+    found = _BLANK_LINE.search(buffer, start)
+    return -1 if found is None else found.end()
 
 
 async def rewrite_event(event: bytes, rewrite: RewriteData) -> bytes:
     """One event (with its blank line), its data payload rewritten when `rewrite` says so."""
-    newline = b"\r\n" if b"\r\n" in event else b"\n"
-    lines = event.split(newline)
+    parts = _LINE_ENDS.split(event)
+    lines, ends = parts[0::2], [*parts[1::2], b""]
     data = [line for line in lines if line.startswith(b"data:")]
     if not data:
         return event
@@ -64,13 +70,13 @@ async def rewrite_event(event: bytes, rewrite: RewriteData) -> bytes:
         return event
     out: list[bytes] = []
     replaced = False
-    for line in lines:
+    for line, end in zip(lines, ends, strict=True):
         if not line.startswith(b"data:"):
-            out.append(line)
+            out.append(line + end)
         elif not replaced:
-            out.append(b"data: " + new)
+            out.append(b"data: " + new + end)
             replaced = True
-    return newline.join(out)
+    return b"".join(out)
 
 
 def _field_value(line: bytes) -> bytes:

@@ -32,6 +32,7 @@ from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,
+    encode,
     may_be_response,
     may_need_rewrite,
     parse_message,
@@ -117,6 +118,8 @@ class StdioRelay:
             line = await child.readline()
             if line is None:  # longer than the limit: relay what is buffered, unparsed
                 line = await stdout.read(self.limit)
+            elif line and not line.endswith(b"\n"):
+                line += b"\n"  # the server's last line, cut short: whatever follows gets its own
             if not line:
                 return
             out.write(await self._maybe_upgraded(line))
@@ -138,12 +141,10 @@ class StdioRelay:
         # Each upgraded failure gets its own id: the draft extension's correlationId.
         exchange = dataclasses.replace(self.exchange, request_id=uuid.uuid4().hex)
         outcome = await self.upgrader.upgrade(message, pending, exchange)
-        if outcome is None or outcome.message is None:
+        new = None if outcome is None or outcome.message is None else encode(outcome.message)
+        if new is None:
             return line
-        ending = b"\r\n" if line.endswith(b"\r\n") else b"\n"
-        return (
-            json.dumps(outcome.message, ensure_ascii=False, separators=(",", ":")).encode() + ending
-        )
+        return new + (b"\r\n" if line.endswith(b"\r\n") else b"\n")
 
     async def _answer_pending(self, out: asyncio.StreamWriter | _FileOut) -> None:
         """The server is gone: no request still waiting may be left without an answer."""
