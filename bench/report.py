@@ -147,6 +147,11 @@ def rules_table(rules: dict[str, Any] | None) -> str:
     base = rules["median_us"]["10"]
     for count, value in rules["median_us"].items():
         lines.append(f"| {int(count):,} | {value:.1f} µs | {value / base:.2f}{TIMES} |")
+    same = rules.get("same_prefix_median_us", {})
+    for count, value in same.items():
+        ratio_text = f"{value / same['10']:.2f}{TIMES}" if "10" in same else "—"
+        label = f"{int(count):,}, all on one status and path prefix"
+        lines.append(f"| {label} | {value:.1f} µs | {ratio_text} |")
     return "\n".join(lines)
 
 

@@ -86,10 +86,16 @@ def observation() -> Observation:
     )
 
 
-def time_classify(engine: Classifier, loops: int, rounds: int) -> float:
-    """Median microseconds per classification (a fresh Observation each time, as per request)."""
+def time_classify(engine: Classifier, seconds: float, rounds: int) -> float:
+    """Median microseconds per classification (a fresh Observation each time, as per request).
+
+    Each round runs for about `seconds / rounds`, so a slow (linear) case stays bounded.
+    """
+    begun = time.perf_counter()
     verdict = engine.classify(observation())
     assert verdict is not None and verdict.rule.id == "csv-malformed", verdict
+    first = time.perf_counter() - begun
+    loops = max(1, min(5000, int(seconds / rounds / max(first, 1e-6))))
     per_call: list[float] = []
     for _ in range(rounds):
         begun = time.perf_counter()
@@ -103,16 +109,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
-    loops, rounds = (200, 3) if args.smoke else (2000, 9)
+    seconds, rounds = (0.3, 3) if args.smoke else (3.0, 9)
     counts = SMOKE_COUNTS if args.smoke else COUNTS
     result: dict[str, Any] = {"median_us": {}, "same_prefix_median_us": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for count in counts:
             engine = classifier(count, False, Path(tmp))
-            result["median_us"][str(count)] = time_classify(engine, loops, rounds)
+            result["median_us"][str(count)] = time_classify(engine, seconds, rounds)
         for count in (counts[0], counts[-1]):
             engine = classifier(count, True, Path(tmp))
-            result["same_prefix_median_us"][str(count)] = time_classify(engine, loops, rounds)
+            result["same_prefix_median_us"][str(count)] = time_classify(engine, seconds, rounds)
     if not args.smoke:
         medians, same = result["median_us"], result["same_prefix_median_us"]
         result["ratio_10000_to_10"] = medians["10000"] / medians["10"]

@@ -133,10 +133,12 @@ def rule_scaling(smoke: bool) -> dict[str, Any]:
         harness.pinned(harness.SUT_CORE, argv),
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=600,
         cwd=ROOT,
-        check=True,
     )
+    if done.returncode != 0:
+        print(f"rule scaling failed: {done.stderr[-2000:]}", file=sys.stderr)
+        return {}
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
