@@ -199,8 +199,8 @@ def test_check_missing_file(tmp_path: Path) -> None:
     [
         (b"routes: !!int x\n", "bad.yaml:1: routes: invalid value"),
         (b"routes:\n  - name: \x01\n", "bad.yaml:2: invalid YAML: unacceptable character"),
-        (b"routes: \xff\n", "bad.yaml: not UTF-8 text"),
-        (b"a: " + b"[" * 500 + b"]" * 500, "bad.yaml: invalid YAML: nested too deeply"),
+        (b"routes: \xff\n", "bad.yaml:1: not UTF-8 text"),
+        (b"a: " + b"[" * 500 + b"]" * 500, "bad.yaml:1: invalid YAML: nested deeper than 64"),
     ],
     ids=["bad-tag", "control-character", "not-utf8", "too-deep"],
 )
