@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
 import aiohttp
-from aiohttp import hdrs, web
+from aiohttp import StreamReader, hdrs, web
 from multidict import CIMultiDict
 
 from gateway.proxy.upstream import UPSTREAM_ERRORS
@@ -47,9 +48,7 @@ async def relay(
         if already_read:
             await response.write(already_read)
         if not complete:
-            # iter_chunks hands over each buffered chunk as received; iter_any joins the whole
-            # buffer into one new bytes object first (costly for large bodies under uvloop).
-            async for chunk, _ in upstream.content.iter_chunks():
+            async for chunk in _chunks(upstream.content):
                 await response.write(chunk)
     except UPSTREAM_ERRORS as exc:
         log.warning(
@@ -60,3 +59,18 @@ async def relay(
         return response
     await response.write_eof()
     return response
+
+
+async def _chunks(content: StreamReader) -> AsyncIterator[bytes]:
+    """Each buffered chunk as received, without joining the buffer (as `iter_any` does).
+
+    Not `iter_chunks()`: aiohttp's shared empty payload (HEAD, 204, 304, bodiless answers)
+    ends that iterator only the first time it is used in a process and then yields
+    `(b"", True)` forever, a busy loop. End of body is asked of the stream instead.
+    """
+    while True:
+        chunk, _ = await content.readchunk()
+        if chunk:
+            yield chunk
+        elif content.at_eof():
+            return
