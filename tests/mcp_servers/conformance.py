@@ -34,6 +34,10 @@ EVERYTHING = BIN / "mcp-server-everything"
 CONFORMANCE = BIN / "conformance"
 RUN_TIMEOUT_S = 240
 
+# Scenarios the gateway satisfies on its own, so it may pass them where the server does not:
+# it refuses DNS-rebound requests itself (issue 4: it rewrites Host, so the defence is its job).
+GATEWAY_PROVIDES = frozenset({"dns-rebinding-protection"})
+
 
 @dataclass(frozen=True)
 class Score:
@@ -183,13 +187,16 @@ async def main() -> int:
         print(f"  passing through the bridge: {sorted(bridged.scenarios)}")
     lost = sorted(direct.scenarios - through.scenarios)
     gained = sorted(through.scenarios - direct.scenarios)
-    if lost or gained:
-        print(f"DIFFERENT: lost through the gateway {lost}, gained {gained}")
+    unexpected = sorted(set(gained) - GATEWAY_PROVIDES)
+    if lost or unexpected:
+        print(f"DIFFERENT: lost through the gateway {lost}, unexpectedly gained {unexpected}")
         return 1
+    if gained:
+        print(f"gained through the gateway (it does this itself): {gained}")
     if not direct.scenarios:
         print("nothing passed directly: the run proves nothing", file=sys.stderr)
         return 1
-    print("same set of passing scenarios directly and through the gateway")
+    print("every scenario that passes directly also passes through the gateway")
     return 0
 
 
