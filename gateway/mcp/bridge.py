@@ -165,6 +165,10 @@ class BridgeSession:
         if self._listener is not None:
             self._listener.put_nowait(None)
 
+    @property
+    def ending(self) -> asyncio.Task[None] | None:
+        return self._ending
+
     async def end(self, why: str) -> None:
         """Stop the child (process group included) and release everyone waiting on it.
 
@@ -231,6 +235,9 @@ class Bridges:
     def __init__(self) -> None:
         self._sessions: dict[str, BridgeSession] = {}
         self._opening: dict[str, int] = {}
+        # Sessions already ending (their child may still be exiting): shutdown waits for
+        # them too, so no child process outlives the gateway's event loop.
+        self._closing: set[BridgeSession] = set()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -258,6 +265,10 @@ class Bridges:
 
     def _drop(self, session: BridgeSession) -> None:
         self._sessions.pop(session.id, None)
+        self._closing.add(session)
+        ending = session.ending
+        if ending is not None:
+            ending.add_done_callback(lambda _: self._closing.discard(session))
 
     def close_listeners(self) -> None:
         """Shutdown begins: end GET streams so they do not hold the drain for `grace_s`."""
@@ -266,7 +277,7 @@ class Bridges:
 
     async def close_all(self) -> None:
         """Gateway shutdown: every child is killed, none outlives the gateway."""
-        sessions = list(self._sessions.values())
+        sessions = [*self._sessions.values(), *self._closing]
         await asyncio.gather(*(s.end("gateway shutdown") for s in sessions))
 
 
