@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -13,6 +15,8 @@ import pytest
 import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
+from yarl import URL
 
 from gateway.app import GatewayServer
 from gateway.config.loader import LoadedConfig, load_config
@@ -34,6 +38,39 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    headers: CIMultiDict[str]
+    body: bytes
+
+
+async def exchange_raw(base_url: str, data: bytes, timeout_s: float = 10) -> RawResponse:
+    """Write `data` as-is to the server behind `base_url`, read to EOF, parse the head.
+
+    For requests no HTTP client would send (smuggling, hygiene); they ask to close, so the
+    answer ends at EOF.
+    """
+    url = URL(base_url)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(timeout_s):
+            raw = await reader.read(-1)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers.add(name.strip(), value.strip())
+    return RawResponse(int(status_line.split(" ")[1]), headers, body)
 
 
 StartGateway = Callable[..., Awaitable[RunningGateway]]

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
-from conftest import StartGateway, StartUpstream, route_config
-from multidict import CIMultiDict, CIMultiDictProxy
+from conftest import RawResponse, StartGateway, StartUpstream, exchange_raw, route_config
+from multidict import CIMultiDictProxy
 from yarl import URL
 
 HOP_BY_HOP_REQUEST = (
@@ -39,32 +39,10 @@ HOP_BY_HOP_RESPONSE = (
 GATEWAY_ADDED = {"host", "x-forwarded-for", "x-forwarded-proto", "forwarded", "via", "x-request-id"}
 
 
-@dataclass(frozen=True)
-class RawResponse:
-    status: int
-    headers: CIMultiDict[str]
-    body: bytes
-
-
 async def raw_request(base_url: str, head: str, body: bytes = b"") -> RawResponse:
     """Send a hand-written request (CRLFs added, `Connection: close` expected in it)."""
-    url = URL(base_url)
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    try:
-        writer.write(head.strip().replace("\n", "\r\n").encode("latin-1") + b"\r\n\r\n" + body)
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), 10)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    head_bytes, _, rest = raw.partition(b"\r\n\r\n")
-    status_line, *lines = head_bytes.decode("latin-1").split("\r\n")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers.add(name.strip(), value.strip())
-    return RawResponse(int(status_line.split(" ")[1]), headers, rest)
+    data = head.strip().replace("\n", "\r\n").encode("latin-1") + b"\r\n\r\n" + body
+    return await exchange_raw(base_url, data)
 
 
 @dataclass

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from conftest import StartGateway, StartUpstream, route_config
-from multidict import CIMultiDict, CIMultiDictProxy
+from conftest import RawResponse, StartGateway, StartUpstream, exchange_raw, route_config
+from multidict import CIMultiDictProxy
 from yarl import URL
 
 MODES = ("original", "headers", "additive", "envelope")
@@ -132,32 +132,8 @@ async def echo(request: web.Request) -> web.Response:
     return web.Response(text="echo", headers={"Content-Type": "text/plain"})
 
 
-@dataclass(frozen=True)
-class RawResponse:
-    status: int
-    headers: CIMultiDict[str]
-    body: bytes
-
-
 async def raw_request(base_url: str, data: bytes) -> RawResponse:
-    """Write `data` as-is to the server behind `base_url`, read to EOF, parse the head."""
-    url = URL(base_url)
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), 10)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers.add(name.strip(), value.strip())
-    return RawResponse(int(status_line.split(" ")[1]), headers, body)
+    return await exchange_raw(base_url, data)
 
 
 def comparable(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:

@@ -8,14 +8,19 @@ and too many header fields get 431, an over-long target 414, and nothing reaches
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
-from conftest import RunningGateway, StartGateway, StartUpstream, route_config
-from multidict import CIMultiDict, CIMultiDictProxy
+from conftest import (
+    RawResponse,
+    RunningGateway,
+    StartGateway,
+    StartUpstream,
+    exchange_raw,
+    route_config,
+)
+from multidict import CIMultiDictProxy
 from yarl import URL
 
 
@@ -37,33 +42,9 @@ class Recorder:
         return self.seen[-1][1]
 
 
-@dataclass(frozen=True)
-class Raw:
-    status: int
-    headers: CIMultiDict[str]
-    body: bytes
-
-
-async def send_raw(gateway: RunningGateway, data: bytes) -> Raw:
+async def send_raw(gateway: RunningGateway, data: bytes) -> RawResponse:
     """One request over a socket; the response is read to EOF (requests ask to close)."""
-    url = URL(gateway.url)
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        async with asyncio.timeout(5):
-            raw = await reader.read(-1)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers.add(name.strip(), value.strip())
-    return Raw(int(status_line.split(" ")[1]), headers, body)
+    return await exchange_raw(gateway.url, data, timeout_s=5)
 
 
 def request(head: str, target: str = "/x") -> bytes:
