@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -30,6 +29,7 @@ from gateway.mcp.origin import refusal
 from gateway.mcp.runtime import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
+from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.failure_path import BODY_BOUND_HEADERS, Context, answer_transport_failure
 from gateway.proxy.headers import client_response_headers, upstream_request_headers
 from gateway.proxy.relay import RelayResponse, relay
@@ -90,11 +90,10 @@ async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.Str
     try:
         upstream = await request.app[SESSION].request(
             request.method,
-            ctx.route.upstream_url(target),
-            headers=headers,
-            data=body if request.body_exists else None,
-            allow_redirects=False,
-            compress=False,
+            ctx.route.origin,
+            ctx.route.upstream_target(target),
+            headers,
+            body if request.body_exists else None,
         )
     except UPSTREAM_ERRORS as exc:
         return await answer_transport_failure(ctx, transport_kind(exc))
@@ -112,7 +111,7 @@ async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.Str
 async def _respond(
     request: web.Request,
     ctx: Context,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     tracker: Tracker,
     upgrader: Upgrader,
 ) -> web.StreamResponse:
@@ -131,7 +130,7 @@ async def _respond(
 async def _answer_json(
     request: web.Request,
     ctx: Context,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     headers: CIMultiDict[str],
     tracker: Tracker,
     upgrader: Upgrader,
@@ -155,7 +154,7 @@ async def _answer_json(
 async def _relay_stream(
     request: web.Request,
     ctx: Context,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     headers: CIMultiDict[str],
     tracker: Tracker,
     upgrader: Upgrader,

@@ -13,7 +13,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -34,6 +33,7 @@ from gateway.observe import (
     status_class,
 )
 from gateway.proxy.body import decoded_for_matching
+from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
@@ -115,9 +115,7 @@ class Context:
         )
 
 
-async def answer_upstream_failure(
-    ctx: Context, upstream: aiohttp.ClientResponse
-) -> web.StreamResponse:
+async def answer_upstream_failure(ctx: Context, upstream: UpstreamResponse) -> web.StreamResponse:
     """An upstream response that rules must look at (any 4xx/5xx, or a status a rule names)."""
     limits = ctx.state.loaded.config.limits
     cap = limits.error_body_bytes
@@ -280,7 +278,7 @@ async def _recover(ctx: Context, failure: Failure) -> Recovery:
     return NO_RECOVERY
 
 
-def _exchange(ctx: Context, obs: Observation, upstream: aiohttp.ClientResponse) -> Exchange:
+def _exchange(ctx: Context, obs: Observation, upstream: UpstreamResponse) -> Exchange:
     return Exchange(
         request_id=ctx.request_id,
         duration_ms=0,

@@ -97,12 +97,10 @@ async def forward(
         async with deadline.scope():
             upstream = await request.app[SESSION].request(
                 request.method,
-                route.upstream_url(target),
-                headers=headers,
-                data=body.chunks() if body is not None else None,
-                allow_redirects=False,
-                compress=False,
-                timeout=state.upstream_timeout,
+                route.origin,
+                route.upstream_target(target),
+                headers,
+                body.chunks() if body is not None else None,
             )
     except UPSTREAM_ERRORS as exc:
         if body is not None and body.failure is not None:

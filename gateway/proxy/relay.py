@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-import aiohttp
 from aiohttp import StreamReader, hdrs, web
 from multidict import CIMultiDict
 
+from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.upstream import UPSTREAM_ERRORS
 
 log = logging.getLogger("mendpoint.proxy")
@@ -31,7 +31,7 @@ class RelayResponse(web.StreamResponse):
 
 async def relay(
     request: web.Request,
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     headers: CIMultiDict[str],
     already_read: bytes = b"",
     *,

@@ -9,6 +9,7 @@ from yarl import URL
 
 from gateway.config.models import RouteSpec
 from gateway.failure import Mode
+from gateway.proxy.client import Origin
 
 MODE_HEADER = "X-Error-Format"
 _MODES = {m.value: m for m in Mode}
@@ -20,30 +21,31 @@ class Route:
     """A configured route with what the hot path needs precomputed."""
 
     spec: RouteSpec
-    upstream_base: str
+    origin: Origin
+    base_path: str
     upstream_host: str
     idempotent: frozenset[str]
 
     @classmethod
     def build(cls, spec: RouteSpec) -> Route:
+        idempotent = frozenset(spec.idempotent_methods)
         if spec.upstream is None:  # an MCP bridge route: its upstream is a local command
-            return cls(spec, "", "", frozenset(spec.idempotent_methods))
+            return cls(spec, Origin("http", "", 0), "", "", idempotent)
         url = URL(spec.upstream)
-        default_port = {"http": 80, "https": 443}[url.scheme]
-        host = url.raw_host or ""
-        if ":" in host:
-            host = f"[{host}]"
-        if url.port != default_port:
-            host = f"{host}:{url.port}"
-        return cls(spec, spec.upstream.rstrip("/"), host, frozenset(spec.idempotent_methods))
+        port = url.port or {"http": 80, "https": 443}[url.scheme]
+        origin = Origin(url.scheme, url.raw_host or "", port)
+        host = f"[{origin.host}]" if ":" in origin.host else origin.host
+        if port != {"http": 80, "https": 443}[url.scheme]:
+            host = f"{host}:{port}"
+        return cls(spec, origin, url.raw_path.rstrip("/"), host, idempotent)
 
-    def upstream_url(self, raw_path: str) -> URL:
-        """The upstream URL for a request target, keeping its bytes exactly as sent."""
+    def upstream_target(self, raw_path: str) -> str:
+        """The request target sent upstream, keeping the client's bytes exactly as sent."""
         if self.spec.strip_prefix and self.spec.prefix != "/":
             raw_path = raw_path[len(self.spec.prefix.rstrip("/")) :]
             if not raw_path.startswith("/"):
                 raw_path = "/" + raw_path
-        return URL(self.upstream_base + raw_path, encoded=True)
+        return self.base_path + raw_path
 
 
 class RouteTable:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 
 from gateway.classify import Classifier
 from gateway.config.loader import LoadedConfig
+from gateway.proxy.client import UpstreamClient
 from gateway.proxy.routes import RouteTable
-from gateway.proxy.upstream import client_timeout
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
 from gateway.signatures import SignatureBook
@@ -27,7 +26,6 @@ class GatewayState:
     routes: RouteTable
     callers: CallerDirectory
     recovery: RecoveryService
-    upstream_timeout: aiohttp.ClientTimeout
 
     @classmethod
     def build(cls, loaded: LoadedConfig) -> GatewayState:
@@ -38,7 +36,6 @@ class GatewayState:
             RouteTable(loaded.config.routes),
             CallerDirectory.build(loaded.callers),
             RecoveryService.build(loaded),
-            client_timeout(loaded.config.limits),
         )
 
 
@@ -51,4 +48,4 @@ class StateHolder:
 
 STATE = web.AppKey("mendpoint_state", StateHolder)
 SIGNATURES = web.AppKey("mendpoint_signatures", SignatureBook)
-SESSION = web.AppKey("mendpoint_session", aiohttp.ClientSession)
+SESSION = web.AppKey("mendpoint_session", UpstreamClient)

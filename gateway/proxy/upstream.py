@@ -1,8 +1,5 @@
-"""The upstream client and the one place its exceptions become `TransportKind` values.
-
-A single pooled `ClientSession` is shared by every route: no cookie jar, no redirects, no
-decompression, no environment proxies, no automatic headers, so what the client sent is what
-the upstream gets. Past this module a transport fault is a value, not an exception.
+"""The upstream client's set-up, its deadlines, and the one place its exceptions become
+`TransportKind` values. Past this module a transport fault is a value, not an exception.
 """
 
 from __future__ import annotations
@@ -16,43 +13,12 @@ import aiohttp
 
 from gateway.config.models import LimitsSpec
 from gateway.failure import TransportKind
-
-SKIPPED_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
-
-
-def make_session(limits: LimitsSpec) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(
-        limit=limits.max_upstream_connections,
-        limit_per_host=0,
-        ttl_dns_cache=10,
-        enable_cleanup_closed=False,
-        keepalive_timeout=limits.keepalive_timeout_s,
-    )
-    session = aiohttp.ClientSession(
-        connector=connector,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        auto_decompress=False,
-        trust_env=False,
-        skip_auto_headers=SKIPPED_AUTO_HEADERS,
-        timeout=client_timeout(limits),
-        raise_for_status=False,
-        max_line_size=limits.max_line_bytes * 2,
-        max_field_size=limits.max_header_bytes * 2,
-    )
-    # aiohttp resends an idempotent request once when the connection drops before the
-    # response head; the upstream may already have acted on the first copy, and the gateway
-    # promises exactly one upstream request per client request (SPEC §6.3).
-    session._retry_connection = False
-    return session
+from gateway.proxy.client import UpstreamClient, UpstreamFault
 
 
-def client_timeout(limits: LimitsSpec) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(
-        total=limits.total_timeout_s,
-        sock_connect=limits.connect_timeout_s,
-        connect=limits.connect_timeout_s * 2,
-        sock_read=limits.read_timeout_s,
-    )
+def make_session(limits: LimitsSpec) -> UpstreamClient:
+    """The one upstream client every route shares (see `gateway.proxy.client`)."""
+    return UpstreamClient(limits)
 
 
 def transport_kind(exc: BaseException) -> TransportKind:
@@ -61,6 +27,8 @@ def transport_kind(exc: BaseException) -> TransportKind:
     Most specific first: DNS and connect faults mean nothing was sent; everything after the
     connection opened may have reached the upstream.
     """
+    if isinstance(exc, UpstreamFault):
+        return exc.kind
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return TransportKind.DNS_FAILURE
     if isinstance(exc, aiohttp.ConnectionTimeoutError):

@@ -1,0 +1,245 @@
+"""The upstream client's connection pool, seen from a real upstream over loopback.
+
+What the pool promises: a kept-alive connection carries many requests; never more than
+`limits.max_upstream_connections` are open; a connection whose exchange did not end cleanly is
+never reused; idle connections are closed after `keepalive_timeout_s`; an upstream that closed
+an idle connection costs nothing; interim 1xx answers are skipped; `total_timeout_s` bounds
+the body as well as the head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.conftest import StartGateway, StartUpstream, route_config
+
+
+@dataclass
+class Peers:
+    """Which client ports (one per upstream connection) the upstream saw, and how many at once."""
+
+    ports: list[int] = field(default_factory=list)
+    active: int = 0
+    most: int = 0
+
+
+def peer_port(request: web.Request) -> int:
+    assert request.transport is not None
+    port: int = request.transport.get_extra_info("peername")[1]
+    return port
+
+
+def tracking_app(peers: Peers, delay_s: float = 0.0) -> web.Application:
+    async def ok(request: web.Request) -> web.Response:
+        peers.ports.append(peer_port(request))
+        peers.active += 1
+        peers.most = max(peers.most, peers.active)
+        try:
+            await asyncio.sleep(delay_s)
+        finally:
+            peers.active -= 1
+        return web.json_response({"ok": True})
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        peers.ports.append(peer_port(request))
+        response = web.StreamResponse()
+        await response.prepare(request)
+        try:
+            for _ in range(200):
+                await response.write(b"x" * 65536)
+                await asyncio.sleep(0.01)
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
+
+    app = web.Application()
+    app.router.add_get("/ok", ok)
+    app.router.add_get("/big", big)
+    return app
+
+
+async def test_sequential_requests_share_one_upstream_connection(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    peers = Peers()
+    gateway = await start_gateway(route_config(await start_upstream(tracking_app(peers))))
+    for _ in range(20):
+        async with gateway.session.get(gateway.url + "/ok") as response:
+            assert response.status == 200
+            assert await response.json() == {"ok": True}
+    assert len(peers.ports) == 20
+    assert len(set(peers.ports)) == 1
+
+
+async def test_open_connections_never_exceed_the_cap(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    peers = Peers()
+    upstream = await start_upstream(tracking_app(peers, delay_s=0.2))
+    config = route_config(upstream) | {"limits": {"max_upstream_connections": 2}}
+    gateway = await start_gateway(config)
+
+    async def one() -> int:
+        async with (
+            aiohttp.ClientSession() as session,  # its own client connection each
+            session.get(gateway.url + "/ok") as response,
+        ):
+            await response.read()
+            return response.status
+
+    statuses = await asyncio.gather(*(one() for _ in range(6)))
+    assert statuses == [200] * 6
+    assert peers.most == 2
+    assert len(set(peers.ports)) == 2
+
+
+async def test_a_connection_left_mid_body_is_not_reused(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    peers = Peers()
+    gateway = await start_gateway(route_config(await start_upstream(tracking_app(peers))))
+    async with aiohttp.ClientSession() as session, session.get(gateway.url + "/big") as response:
+        assert response.status == 200
+        await response.content.readexactly(65536)
+        response.close()  # the client leaves with most of the body unsent
+    await asyncio.sleep(0.1)
+    async with gateway.session.get(gateway.url + "/ok") as response:
+        assert response.status == 200
+    assert len(peers.ports) == 2
+    assert peers.ports[0] != peers.ports[1]
+
+
+RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@dataclass
+class RawServer:
+    url: str
+    closed_at: list[float]
+    connections: list[int]
+
+
+@pytest.fixture
+async def start_raw() -> AsyncIterator[Callable[[RawHandler], Awaitable[RawServer]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: RawHandler) -> RawServer:
+        record = RawServer("", [], [])
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            record.connections.append(1)
+            try:
+                await handler(reader, writer)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                record.closed_at.append(time.monotonic())
+                writer.close()
+
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        servers.append(server)
+        record.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        return record
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
+OK_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+
+
+async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer every request on the connection until the gateway closes it."""
+    while True:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(OK_RESPONSE)
+        await writer.drain()
+
+
+async def one_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer one request as if keeping the connection, then close it while it idles."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(OK_RESPONSE)
+    await writer.drain()
+
+
+async def test_idle_connections_are_closed_after_the_keepalive_timeout(
+    start_raw: Callable[[RawHandler], Awaitable[RawServer]], start_gateway: StartGateway
+) -> None:
+    upstream = await start_raw(keep_alive)
+    config = route_config(upstream.url) | {"limits": {"keepalive_timeout_s": 0.3}}
+    gateway = await start_gateway(config)
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert await response.read() == b"ok"
+    answered = time.monotonic()
+    for _ in range(40):
+        if upstream.closed_at:
+            break
+        await asyncio.sleep(0.05)
+    assert upstream.closed_at, "the idle upstream connection was never closed"
+    assert 0.25 <= upstream.closed_at[0] - answered <= 1.5
+
+
+async def test_an_upstream_closing_idle_connections_costs_no_request(
+    start_raw: Callable[[RawHandler], Awaitable[RawServer]], start_gateway: StartGateway
+) -> None:
+    upstream = await start_raw(one_then_close)
+    gateway = await start_gateway(route_config(upstream.url))
+    for _ in range(5):
+        async with gateway.session.get(gateway.url + "/x") as response:
+            assert response.status == 200
+            assert await response.read() == b"ok"
+        await asyncio.sleep(0.05)  # the close reaches the gateway before the next request
+    assert len(upstream.connections) == 5
+
+
+@pytest.mark.parametrize(
+    "interim",
+    [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"],
+)
+async def test_interim_answers_are_skipped(
+    interim: bytes,
+    start_raw: Callable[[RawHandler], Awaitable[RawServer]],
+    start_gateway: StartGateway,
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(interim + OK_RESPONSE)
+        await writer.drain()
+
+    gateway = await start_gateway(route_config((await start_raw(handler)).url))
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert response.status == 200
+        assert await response.read() == b"ok"
+        assert "Link" not in response.headers
+
+
+async def test_total_timeout_bounds_the_body_too(
+    start_raw: Callable[[RawHandler], Awaitable[RawServer]], start_gateway: StartGateway
+) -> None:
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+        for _ in range(100):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    upstream = await start_raw(drip)
+    config = route_config(upstream.url) | {"limits": {"total_timeout_s": 0.5}}
+    gateway = await start_gateway(config)
+    started = time.monotonic()
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+    assert time.monotonic() - started < 3.0
