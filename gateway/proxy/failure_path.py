@@ -8,6 +8,7 @@ never makes a response worse than no gateway. `CancelledError` is never caught.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -60,6 +61,8 @@ BODY_BOUND_HEADERS = (
     "Accept-Ranges",
 )
 STREAM_TYPES = ("text/event-stream", "multipart/x-mixed-replace")
+# An async no-op context for the paths where nothing awaits (so no timer is armed).
+_NOTHING_TO_WAIT = contextlib.nullcontext()
 
 
 @dataclass
@@ -128,8 +131,10 @@ async def answer_upstream_failure(ctx: Context, upstream: UpstreamResponse) -> w
     elif upstream.content_length is not None and upstream.content_length > cap:
         complete = False
     else:
+        # Small error bodies usually arrive with the head: then nothing waits, and no timer.
+        deadline = None if upstream.content.is_eof() else ctx.deadline
         try:
-            async with asyncio.timeout_at(ctx.deadline.when if ctx.deadline else None):
+            async with asyncio.timeout_at(deadline.when) if deadline else _NOTHING_TO_WAIT:
                 prefix, complete = await read_capped(upstream.content, cap)
         except UPSTREAM_ERRORS as exc:
             return await answer_transport_failure(ctx, transport_kind(exc))
@@ -191,8 +196,11 @@ async def _enrich_or_none(
     """Classify, resolve and render within the budget; None means "send the original"."""
     budget_s = ctx.state.loaded.config.enrich_budget_ms / 1000
     begun = time.monotonic()
+    # Classification and local resolution never await, so a timer could not interrupt them
+    # (the check after them enforces the budget); only a remote resolver needs one.
+    awaits = ctx.state.recovery.remote is not None
     try:
-        async with asyncio.timeout(budget_s):
+        async with asyncio.timeout(budget_s) if awaits else _NOTHING_TO_WAIT:
             rendering = await _enrich(ctx, obs, mode, exchange)
     except TimeoutError:
         log.warning("enrichment over budget; original response sent request_id=%s", ctx.request_id)
@@ -264,8 +272,9 @@ async def _recover(ctx: Context, failure: Failure) -> Recovery:
         return NO_RECOVERY
     budget_s = ctx.state.loaded.config.resolver.budget_ms / 1000
     begun = time.monotonic()
+    awaits = ctx.state.recovery.remote is not None  # see `_enrich_or_none`
     try:
-        async with asyncio.timeout(budget_s):
+        async with asyncio.timeout(budget_s) if awaits else _NOTHING_TO_WAIT:
             return await ctx.state.recovery.recover(failure, ctx.caller, ctx.situation)
     except TimeoutError:
         RESOLUTIONS.labels(outcome=ResolverOutcome.TIMEOUT.value).inc()

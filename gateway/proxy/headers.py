@@ -51,10 +51,15 @@ def connection_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> froze
 DROPPED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST
 
 
+# `Connection` values that name no other header; nearly every message carries one of these.
+_PLAIN_CONNECTION = frozenset({"keep-alive", "close", "Keep-Alive", "Close"})
+
+
 def _end_to_end(
     headers: CIMultiDictProxy[str] | CIMultiDict[str], drop: frozenset[str] = HOP_BY_HOP
 ) -> CIMultiDict[str]:
-    if "Connection" in headers:
+    named = headers.getall("Connection", ())
+    if named and not (len(named) == 1 and named[0] in _PLAIN_CONNECTION):
         drop = drop | connection_named(headers)
     return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in drop])
 

@@ -5,9 +5,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
-from collections.abc import AsyncIterator
+from types import TracebackType
 
 import aiohttp
 
@@ -56,8 +55,10 @@ class ResponseDeadline:
     `limits.response_timeout_s`. The clock starts once the request body has been forwarded
     whole, so a slow upload is never mistaken for a slow upstream. A success body is streamed
     to the client as it comes and is bounded by `read_timeout_s` alone, as without a gateway.
-    Past the deadline, `scope()` raises `TimeoutError`, which maps to `read_timeout`.
+    Past the deadline, `async with deadline:` raises `TimeoutError`, which maps to `read_timeout`.
     """
+
+    __slots__ = ("_active", "_seconds", "when")
 
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
@@ -72,12 +73,21 @@ class ResponseDeadline:
         if self._active is not None:
             self._active.reschedule(self.when)
 
-    @contextlib.asynccontextmanager
-    async def scope(self) -> AsyncIterator[None]:
-        """Run the block under the deadline, including one started while the block runs."""
-        async with asyncio.timeout_at(self.when) as timeout:
-            self._active = timeout
-            try:
-                yield
-            finally:
-                self._active = None
+    async def __aenter__(self) -> None:
+        """Run the block under the deadline, including one started while the block runs.
+
+        A class, not `@asynccontextmanager`: this runs on every request, and the generator
+        machinery cost more than the timeout itself.
+        """
+        self._active = asyncio.timeout_at(self.when)
+        await self._active.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        active, self._active = self._active, None
+        assert active is not None
+        await active.__aexit__(exc_type, exc, tb)  # raises TimeoutError past the deadline
