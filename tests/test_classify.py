@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation
+from gateway.classify.render_failure import _CONTROL, _SPACES, clean_text
 from gateway.config.loader import LoadedConfig, load_config
 from gateway.failure import TransportKind
 
@@ -228,3 +232,14 @@ def test_no_rule_matches_without_defaults(tmp_path: Path) -> None:
     classifier = Classifier(loaded_with(tmp_path, [], defaults=False))
     assert classifier.classify(obs(status=500)) is None
     assert not classifier.has_rules_for(500)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet=st.characters(), max_size=80))
+def test_clean_text_fast_path_matches_the_full_cleaning(value: str) -> None:
+    """The printable shortcut must give exactly what the two substitutions give."""
+    full = _SPACES.sub(" ", _CONTROL.sub(" ", value)).strip()
+    assert clean_text(value, 1000) == full
+    unsafe = {"Cc", "Cf", "Zl", "Zp"}
+    assert not any(unicodedata.category(c) in unsafe for c in clean_text(value, 1000))
+    assert "  " not in clean_text(value, 1000)

@@ -66,7 +66,12 @@ def build_failure(
 
 def clean_text(value: str, limit: int) -> str:
     """Untrusted text made safe to show: control/format characters out, spaces folded, cut."""
-    text: str = _SPACES.sub(" ", _CONTROL.sub(" ", value)).strip()
+    if value.isprintable() and "  " not in value:
+        # Printable means no Cc/Cf/Zl/Zp and no whitespace but the ASCII space, so the two
+        # substitutions below would change nothing: skip them (most text, on every error).
+        text = value.strip()
+    else:
+        text = _SPACES.sub(" ", _CONTROL.sub(" ", value)).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
