@@ -10,9 +10,12 @@ the body as well as the head.
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -243,3 +246,58 @@ async def test_total_timeout_bounds_the_body_too(
         with pytest.raises(aiohttp.ClientPayloadError):
             await response.read()
     assert time.monotonic() - started < 3.0
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (and its key), made with the system's openssl."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def https_upstream(cert: Path, key: Path) -> tuple[web.AppRunner, str]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    app = web.Application()
+
+    async def ok(_: web.Request) -> web.Response:
+        return web.json_response({"tls": True})
+
+    app.router.add_get("/ok", ok)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"https://127.0.0.1:{port}"
+
+
+async def test_https_upstream_is_verified_against_the_trust_store(
+    self_signed: tuple[Path, Path], start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Untrusted certificate: a 502 before anything is sent. Trusted: the answer."""
+    runner, url = await https_upstream(*self_signed)
+    try:
+        untrusted = await start_gateway(route_config(url, mode="envelope"))
+        async with untrusted.session.get(untrusted.url + "/ok") as response:
+            assert response.status == 502
+            body = await response.json()
+            assert body["failure"]["code"] == "UPSTREAM_UNREACHABLE"
+        monkeypatch.setenv(
+            "SSL_CERT_FILE", str(self_signed[0])
+        )  # read when a client first needs TLS
+        trusted = await start_gateway(route_config(url))
+        async with trusted.session.get(trusted.url + "/ok") as response:
+            assert response.status == 200
+            assert await response.json() == {"tls": True}
+    finally:
+        await runner.cleanup()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import socket
 import ssl
 from collections import deque
@@ -123,7 +124,6 @@ class UpstreamClient:
         self._idle: dict[Origin, deque[_Connection]] = {}
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        self._ssl = ssl.create_default_context()
         self._closed = False
         self._sweeper = self._loop.call_later(limits.keepalive_timeout_s, self._sweep)
 
@@ -269,6 +269,11 @@ class UpstreamClient:
                     self._waiters.remove(waiter)
                 raise
 
+    @functools.cached_property
+    def _tls_context(self) -> ssl.SSLContext:
+        """Made on first use: loading the system's CA store takes tens of milliseconds."""
+        return ssl.create_default_context()
+
     async def _connect(self, origin: Origin) -> ResponseHandler:
         loop = self._loop
         try:
@@ -277,7 +282,7 @@ class UpstreamClient:
                     lambda: ResponseHandler(loop),
                     origin.host,
                     origin.port,
-                    ssl=self._ssl if origin.tls else None,
+                    ssl=self._tls_context if origin.tls else None,
                     server_hostname=origin.host if origin.tls else None,
                 )
         except TimeoutError:
