@@ -2,28 +2,47 @@
 
 Kept off the data-path port so probes and scrapes never compete with, or get routed like,
 client traffic, and so it can stay loopback-only while the gateway port is public.
+
+One gateway process serves it from its own state. Under `serve --workers N` the supervisor
+serves it instead (gateway.workers), from sources that span every worker: the same app, given
+the metrics body, the gaps and the worker list as functions.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
 from gateway.observe import METRICS_CONTENT_TYPE, exposition
-from gateway.signatures import SignatureBook
+from gateway.signatures import Signature, SignatureBook
 
 ReadyCheck = Callable[[], bool]
+Ranked = Sequence[tuple[Signature, int]]
+GapsSource = Callable[[int], Awaitable[Ranked]]
+Details = Callable[[], dict[str, object]]
 READY_CHECK: web.AppKey[ReadyCheck] = web.AppKey("mendpoint_ready_check")
-GAPS = web.AppKey("mendpoint_gaps", SignatureBook)
+GAPS: web.AppKey[GapsSource] = web.AppKey("mendpoint_gaps")
+METRICS: web.AppKey[Callable[[], bytes]] = web.AppKey("mendpoint_metrics")
+DETAILS: web.AppKey[Details | None] = web.AppKey("mendpoint_details")
 MAX_GAPS = 200
 
 
-def build_admin_app(is_ready: Callable[[], bool], signatures: SignatureBook) -> web.Application:
+def build_admin_app(
+    is_ready: ReadyCheck,
+    signatures: SignatureBook | GapsSource,
+    *,
+    metrics: Callable[[], bytes] = exposition,
+    details: Details | None = None,
+) -> web.Application:
+    """`signatures` is this process's book, or a function ranking gaps from elsewhere;
+    `details` adds fields (the supervisor's worker list) to the /readyz answer."""
     app = web.Application()
     app[READY_CHECK] = is_ready
-    app[GAPS] = signatures
+    app[GAPS] = _local(signatures) if isinstance(signatures, SignatureBook) else signatures
+    app[METRICS] = metrics
+    app[DETAILS] = details
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
@@ -31,8 +50,15 @@ def build_admin_app(is_ready: Callable[[], bool], signatures: SignatureBook) -> 
     return app
 
 
+def _local(book: SignatureBook) -> GapsSource:
+    async def top(limit: int) -> Ranked:
+        return book.top(limit)
+
+    return top
+
+
 async def _metrics(request: web.Request) -> web.Response:
-    response = web.Response(body=exposition())
+    response = web.Response(body=request.app[METRICS]())
     response.headers["Content-Type"] = METRICS_CONTENT_TYPE
     return response
 
@@ -42,9 +68,12 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    if request.app[READY_CHECK]():
-        return web.json_response({"status": "ready"})
-    return web.json_response({"status": "not ready"}, status=503)
+    ready = request.app[READY_CHECK]()
+    details = request.app[DETAILS]
+    payload: dict[str, object] = {"status": "ready" if ready else "not ready"}
+    if details is not None:
+        payload.update(details())
+    return web.json_response(payload, status=200 if ready else 503)
 
 
 async def _gaps(request: web.Request) -> web.Response:
@@ -53,7 +82,7 @@ async def _gaps(request: web.Request) -> web.Response:
         limit = max(1, min(MAX_GAPS, int(request.query.get("limit", "20"))))
     except ValueError:
         return web.json_response({"error": "limit must be an integer"}, status=400)
-    top = request.app[GAPS].top(limit)
+    top = await request.app[GAPS](limit)
     payload = [
         {"route": s.route, "status": s.status, "signature": s.text, "count": count}
         for s, count in top

@@ -11,8 +11,8 @@ import asyncio
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator
-from typing import cast
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol, cast
 
 from aiohttp import helpers, web
 
@@ -84,7 +84,7 @@ class _Refuse(asyncio.Protocol):
 
 
 # Settings read once when the server starts; a reload that changes them is logged, not applied.
-RESTART_ONLY = ("listen", "admin", "limits", "shutdown")
+RESTART_ONLY = ("listen", "admin", "workers", "limits", "shutdown")
 
 
 class GatewayServer:
@@ -110,6 +110,7 @@ class GatewayServer:
         self.admin_runner: web.AppRunner | None = None
         self.admin_address: tuple[str, int] | None = None
         self.ready = False
+        self.on_ready: list[Callable[[bool], None]] = []  # told of every readiness change
         self._server: asyncio.Server | None = None
         self._retired: set[asyncio.Task[None]] = set()
 
@@ -117,8 +118,13 @@ class GatewayServer:
     def loaded(self) -> LoadedConfig:
         return self.app[STATE].current.loaded
 
-    async def start(self, listen: str | None = None, admin: str | None = None) -> tuple[str, int]:
-        """Bind and serve; returns the bound address (port 0 picks a free port)."""
+    async def start(
+        self, listen: str | None = None, admin: str | None = None, *, reuse_port: bool = False
+    ) -> tuple[str, int]:
+        """Bind and serve; returns the bound address (port 0 picks a free port).
+
+        `reuse_port` (SO_REUSEPORT) lets the workers of `serve --workers N` share the port.
+        """
         await self.runner.setup()
         host, port = parse_host_port(listen or self.loaded.config.listen)
         server = self.runner.server
@@ -133,7 +139,7 @@ class GatewayServer:
             return GatewayProtocol(server, loop=loop, **server._kwargs)
 
         self._server = await loop.create_server(
-            factory, host, port, reuse_address=True, backlog=1024
+            factory, host, port, reuse_address=True, reuse_port=reuse_port, backlog=1024
         )
         if admin is not None:
             self.admin_address = await self._start_admin(admin)
@@ -156,6 +162,8 @@ class GatewayServer:
     def _set_ready(self, ready: bool) -> None:
         self.ready = ready
         READY.set(1 if ready else 0)
+        for observer in self.on_ready:
+            observer(ready)
 
     async def reload(self) -> bool:
         """Load, validate and compile the config file; swap it in only if all of that worked.
@@ -223,16 +231,32 @@ def _build_state(path: str) -> GatewayState:
     return GatewayState.build(load_config(path))
 
 
+class Supervisor(Protocol):
+    """The supervisor this process serves under as one of `serve --workers N` (gateway.workers).
+
+    `attach` reports readiness to it from then on and answers its questions; `stop_now` is
+    called when the supervisor is gone, so no worker outlives it.
+    """
+
+    async def attach(self, server: GatewayServer, stop_now: Callable[[], None]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 async def serve_forever(
     loaded: LoadedConfig,
     listen: str | None = None,
     admin: str | None = None,
     config_path: str | None = None,
+    supervisor: Supervisor | None = None,
 ) -> None:
-    """Run until SIGINT/SIGTERM; reload on SIGHUP and on config file changes; drain on exit."""
+    """Run until SIGINT/SIGTERM; reload on SIGHUP and on config file changes; drain on exit.
+
+    `admin` None runs no admin listener (the caller resolves the config's default). A worker
+    under a `supervisor` shares the port with its siblings and has no admin listener.
+    """
     server = GatewayServer(loaded, config_path)
-    admin = admin or loaded.config.admin
-    host, port = await server.start(listen, admin)
+    host, port = await server.start(listen, admin, reuse_port=supervisor is not None)
     settle()  # after start-up: what exists now lives forever (gateway.runtime)
     routes = ", ".join(
         f"{r.prefix} -> {r.upstream or ' '.join(r.command or [])} ({r.mode.value})"
@@ -266,6 +290,8 @@ async def serve_forever(
     watcher = ConfigWatcher(lambda: server.loaded.files, server.reload)
     if config_path is not None:
         watcher.start()
+    if supervisor is not None:
+        await supervisor.attach(server, on_interrupt)
     try:
         await stop.wait()
         log.info("mendpoint shutting down")
@@ -273,4 +299,6 @@ async def serve_forever(
     finally:
         await watcher.stop()
         await server.stop()
+        if supervisor is not None:
+            await supervisor.close()
         log.info("mendpoint stopped")

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway import __version__, runtime
-from gateway.app import UnsafeRuntime, serve_forever
+from gateway import __version__, runtime, workers
+from gateway.app import UnsafeRuntime, require_c_parser, serve_forever
 from gateway.config.errors import ConfigError
 from gateway.config.loader import (
     LoadedConfig,
@@ -74,6 +74,15 @@ def _parser() -> argparse.ArgumentParser:
     _config_source(serve)
     serve.add_argument("--listen", help="HOST:PORT to listen on (overrides the config)")
     serve.add_argument("--admin", help="HOST:PORT of the admin listener, or 'off'")
+    serve.add_argument(
+        "--workers",
+        type=_worker_count,
+        metavar="N|auto",
+        help="processes sharing the listen port (SO_REUSEPORT, Linux); 0 or auto: one per "
+        "usable CPU (overrides MENDPOINT_WORKERS and the config's workers; default 1)",
+    )
+    # Internal: the supervisor of `--workers N` starts each worker with its end of a link.
+    serve.add_argument("--worker-link", type=int, help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
     gaps = sub.add_parser("gaps", help="print the top unmatched-error signatures of a gateway")
@@ -130,6 +139,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _worker_count(text: str) -> workers.WorkerCount:
+    try:
+        return workers.parse_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _config_source(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--config", help="gateway config file (SPEC §5.1)")
@@ -165,6 +181,13 @@ def _serve(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 print(f"mendpoint serve: --{name}: {exc}", file=sys.stderr)
                 return EXIT_USAGE
+    count: workers.WorkerCount | None = args.workers
+    if count is None and env.get("MENDPOINT_WORKERS"):
+        try:
+            count = workers.parse_count(env["MENDPOINT_WORKERS"])
+        except ValueError as exc:
+            print(f"mendpoint serve: MENDPOINT_WORKERS: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     if config:
         loaded = load_config(config)
     else:
@@ -180,6 +203,27 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     setup_logging(level, "json" if fmt == "json" else "text", log_spec.access)
     admin_address = None if admin == "off" else (admin or loaded.config.admin)
+    if args.worker_link is not None:  # one of `--workers N`, under its supervisor
+        link = workers.WorkerLink(args.worker_link)
+        runtime.run(serve_forever(loaded, listen, None, config_path=config, supervisor=link))
+        return EXIT_OK
+    processes = workers.resolve_count(loaded.config.workers if count is None else count)
+    if processes > 1:
+        if not workers.supported():
+            print("mendpoint serve: --workers above 1 needs Linux (SO_REUSEPORT)", file=sys.stderr)
+            return EXIT_USAGE
+        require_c_parser()  # refuse before any worker starts, as a single gateway would
+        argv = [sys.executable, "-m", "gateway"]
+        if args.log_level:
+            argv += ["--log-level", args.log_level]
+        argv += ["serve", "--admin", "off"]
+        argv += ["--config", config] if config else ["--upstream", str(upstream)]
+        listen_address = listen or loaded.config.listen
+        with contextlib.suppress(KeyboardInterrupt):
+            return workers.supervise(
+                processes, argv, listen_address, admin_address, loaded.config.shutdown
+            )
+        return EXIT_OK
     with contextlib.suppress(KeyboardInterrupt):
         runtime.run(serve_forever(loaded, listen, admin_address, config_path=config))
     return EXIT_OK

@@ -4,13 +4,23 @@ Label values come from closed sets (categories, modes, outcomes, status classes,
 or from the config (route names, rule ids and codes, intents declared by rules), never from
 request data, so the number of series is bounded by the config. Every metric here is
 documented in the README's Metrics section.
+
+With `serve --workers N` (gateway.workers) each worker process runs with
+`PROMETHEUS_MULTIPROC_DIR` set before this module is imported, so the metrics below write to
+per-process files in that directory; the supervisor reads them all (`WorkerMetrics`) and is the
+only process that serves /metrics. Gauges say how they combine across workers
+(`multiprocess_mode`); in a single process that argument is ignored and nothing costs more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import logging
+import os
 import time
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 from prometheus_client import (
@@ -21,7 +31,10 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 log = logging.getLogger("mendpoint.resolve")
 
@@ -119,11 +132,17 @@ IN_FLIGHT = Gauge(
     "mendpoint_in_flight_requests",
     "Client requests being handled right now",
     registry=REGISTRY,
+    multiprocess_mode="livesum",  # across workers: the sum over the ones alive
 )
+READY_NAME = "mendpoint_ready"
+READY_HELP = "1 while the gateway accepts traffic (config loaded, listeners bound, not draining)"
 READY = Gauge(
-    "mendpoint_ready",
-    "1 while the gateway accepts traffic (config loaded, listeners bound, not draining)",
+    READY_NAME,
+    READY_HELP,
     registry=REGISTRY,
+    # Across workers the supervisor reports its own verdict instead (WorkerMetrics); in the
+    # files, a worker that is not ready makes the minimum 0.
+    multiprocess_mode="livemin",
 )
 
 for _outcome in ResolverOutcome:
@@ -166,6 +185,98 @@ def _latency_child(route: str) -> Histogram:
 def exposition() -> bytes:
     """The Prometheus text format of every Mendpoint metric."""
     return generate_latest(REGISTRY)
+
+
+# --- serve --workers N: the supervisor's view (gateway.workers) ------------------------------
+
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_STATES = ("configured", "running", "ready")
+
+
+class SupervisorMetrics:
+    """The supervisor's own metrics, made only in the supervisor: created at import, a
+    worker would write them to its files too, and /metrics would show them twice."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.restarts = Counter(
+            "mendpoint_worker_restarts_total",
+            "Worker processes started again after one exited unexpectedly",
+            registry=self.registry,
+        )
+        self.workers = Gauge(
+            "mendpoint_workers",
+            "Worker processes: configured, running (process alive) and ready (serving)",
+            ["state"],
+            registry=self.registry,
+        )
+        for state in WORKER_STATES:
+            self.workers.labels(state=state)
+
+
+class WorkerMetrics:
+    """A collector for the supervisor: every worker's metrics, summed, plus its own.
+
+    Counters and histograms add up over every worker that ever ran (an exited worker's files
+    are folded into an archive, `retire_worker`), so restarts never make a counter go back.
+    `mendpoint_ready` is not read from the files: it is the supervisor's verdict (every worker
+    ready, not draining), the same one /readyz gives.
+    """
+
+    def __init__(self, path: str, ready: Callable[[], bool], own: SupervisorMetrics) -> None:
+        self._path = path
+        self._ready = ready
+        self._own = own
+
+    def collect(self) -> Iterable[Metric]:
+        files = glob.glob(os.path.join(self._path, "*.db"))
+        merged: Iterable[Metric] = MultiProcessCollector.merge(files)  # type: ignore[no-untyped-call]
+        for metric in sorted(merged, key=lambda m: m.name):
+            if metric.name != READY_NAME:
+                yield metric
+        yield GaugeMetricFamily(READY_NAME, READY_HELP, value=1.0 if self._ready() else 0.0)
+        yield from self._own.registry.collect()
+
+
+def worker_exposition(
+    path: str, ready: Callable[[], bool], own: SupervisorMetrics
+) -> Callable[[], bytes]:
+    """The supervisor's /metrics body, as a function of nothing."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerMetrics(path, ready, own))
+    return functools.partial(generate_latest, registry)
+
+
+def retire_worker(path: str, pid: int) -> None:
+    """After worker `pid` exited: drop its live gauges, fold its counters and histograms into
+    one archive file per type, so a scrape reads a bounded number of files however often
+    workers restart.
+
+    Synchronous on purpose: the supervisor runs it on the event loop that also answers
+    /metrics, so no scrape sees the new archive and the dead worker's file both.
+    """
+    mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+    for kind in ("counter", "histogram"):
+        dead = os.path.join(path, f"{kind}_{pid}.db")
+        if not os.path.exists(dead):
+            continue
+        archive = os.path.join(path, f"{kind}_archive.db")
+        totals: dict[str, float] = {}
+        for source in (archive, dead):
+            if os.path.exists(source):
+                for key, value, _, _ in MmapedDict.read_all_values_from_file(source):  # type: ignore[no-untyped-call]
+                    totals[key] = totals.get(key, 0.0) + value
+        partial = archive + ".partial"  # not *.db: never read half-written
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+        out = MmapedDict(partial)  # type: ignore[no-untyped-call]
+        try:
+            for key, value in totals.items():
+                out.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
+        finally:
+            out.close()  # type: ignore[no-untyped-call]
+        os.replace(partial, archive)
+        os.remove(dead)
 
 
 MAX_GAP_INTENTS = 500

@@ -27,6 +27,7 @@ LAYERS = {
     "gateway.fixtures": 5,
     "gateway.admin": 5,
     "gateway.app": 6,
+    "gateway.workers": 7,
     "gateway.cli": 7,
     "gateway.__main__": 8,
 }

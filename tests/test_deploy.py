@@ -93,6 +93,8 @@ def _materialise(
     files: dict[str, Path] = {}
     for container in pod["containers"]:
         for mount in container.get("volumeMounts", []):
+            if mount["name"] not in volumes:  # an emptyDir, say: nothing to load
+                continue
             source = volumes[mount["name"]]
             data = config_maps[source["name"]]
             items = source.get("items") or [{"key": k, "path": k} for k in data]

@@ -354,11 +354,16 @@ class HeadersSpec(Strict):
     prefix: str = Field(default="X-Error-", pattern=r"^[A-Za-z0-9\-]+$")
 
 
+MAX_WORKERS = 1024
+
+
 class GatewayConfig(Strict):
     """The `mendpoint serve --config` file (SPEC §5.1)."""
 
     listen: str = "127.0.0.1:8080"
     admin: str | None = "127.0.0.1:9090"
+    # `serve --workers`: processes sharing `listen` (SO_REUSEPORT); 0 or "auto": usable CPUs.
+    workers: int | Literal["auto"] = 1
     include: list[str] = Field(default_factory=list)
     defaults: bool = True
     routes: list[RouteSpec] = Field(min_length=1)
@@ -392,6 +397,13 @@ class GatewayConfig(Strict):
         if value is not None:
             parse_host_port(value)
         return value
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: object) -> object:
+        if value == "auto" or (type(value) is int and 0 <= value <= MAX_WORKERS):
+            return value
+        raise ValueError(f"must be auto or a whole number from 0 to {MAX_WORKERS} (0 means auto)")
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
