@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway import __version__, runtime, workers
+from gateway import __version__, runtime, supervisor, workers
 from gateway.app import UnsafeRuntime, require_c_parser, serve_forever
 from gateway.config.errors import ConfigError
 from gateway.config.loader import (
@@ -220,7 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
         argv += ["--config", config] if config else ["--upstream", str(upstream)]
         listen_address = listen or loaded.config.listen
         with contextlib.suppress(KeyboardInterrupt):
-            return workers.supervise(
+            return supervisor.supervise(
                 processes, argv, listen_address, admin_address, loaded.config.shutdown
             )
         return EXIT_OK

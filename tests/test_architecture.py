@@ -28,6 +28,7 @@ LAYERS = {
     "gateway.admin": 5,
     "gateway.app": 6,
     "gateway.workers": 7,
+    "gateway.supervisor": 7,
     "gateway.cli": 7,
     "gateway.__main__": 8,
 }

@@ -31,7 +31,7 @@ from aiohttp import web
 from conftest import StartUpstream, free_port
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
-from gateway import workers
+from gateway import supervisor, workers
 from gateway.cli import main
 from gateway.observe import retire_worker
 
@@ -482,7 +482,7 @@ def test_auto_and_zero_mean_one_per_usable_cpu() -> None:
 
 
 def test_backoff_doubles_to_a_ceiling() -> None:
-    assert [workers.backoff_s(n) for n in range(1, 10)] == [
+    assert [supervisor.backoff_s(n) for n in range(1, 10)] == [
         0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0
     ]  # fmt: skip
 
