@@ -20,8 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-
-from tests.conftest import StartGateway, StartUpstream, route_config
+from conftest import StartGateway, StartUpstream, route_config
 
 
 @dataclass
