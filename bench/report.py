@@ -20,6 +20,20 @@ COLUMNS = (
     "mendpoint-additive+log",
 )
 LATENCY = ("ok-1", "error-1")
+# The MCP rows (bench/mcp_bench.py) have their own tables: other systems, ratios to direct.
+MCP_COLUMNS = (
+    "direct",
+    "bare",
+    "mendpoint-original",
+    "mendpoint-additive",
+    "mendpoint-bridge",
+    "mcp-proxy",
+)
+MCP_NAMES = {
+    "mendpoint-original": "original",
+    "mendpoint-additive": "additive",
+    "mendpoint-bridge": "bridge",
+}
 ACCESS_LOG = "mendpoint-additive+log"
 TIMES = "\u00d7"  # the multiplication sign, kept out of literals for the linter
 Medians = dict[str, dict[str, dict[str, Any]]]
@@ -49,6 +63,18 @@ def _cell(workload: str, system: str, medians: Medians) -> str:
 def _header(columns: list[str]) -> list[str]:
     header = "| workload | " + " | ".join(c.removeprefix("mendpoint-") for c in columns) + " |"
     return [header, "|---" * (len(columns) + 1) + "|"]
+
+
+def is_mcp(workload: str) -> bool:
+    return workload.startswith("mcp-")
+
+
+def http_only(medians: Medians) -> Medians:
+    return {w: by_system for w, by_system in medians.items() if not is_mcp(w)}
+
+
+def mcp_only(medians: Medians) -> Medians:
+    return {w: by_system for w, by_system in medians.items() if is_mcp(w)}
 
 
 def _columns(medians: Medians) -> list[str]:
@@ -81,6 +107,61 @@ def cpu_table(medians: Medians) -> str:
                 "—" if value is None else f"{value:.0f} µs" + (f" ({r:.2f}{TIMES})" if r else "")
             )
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def mcp_table(medians: Medians) -> str:
+    """Round trips per second (ratio to direct) and p50 latency, for each MCP workload."""
+    columns = [c for c in MCP_COLUMNS if any(c in by_system for by_system in medians.values())]
+    lines = [
+        "| workload | " + " | ".join(MCP_NAMES.get(c, c) for c in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for workload, by_system in medians.items():
+        base = by_system.get("direct", {})
+        for key, label in (("rps", workload), ("p50_ms", f"{workload} p50")):
+            cells = []
+            for system in columns:
+                mine = by_system.get(system)
+                if mine is None:
+                    cells.append("—")
+                    continue
+                value = f"{mine[key]:,.0f}/s" if key == "rps" else f"{mine[key]:.3f} ms"
+                r = ratio(mine[key], base.get(key))
+                cells.append(value if r is None else f"{value} ({r:.2f}{TIMES})")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def mcp_cpu_table(medians: Medians) -> str:
+    """CPU per call of the process under test (for `direct`, the server's own), ratio to the
+    bare proxy; and replies of the load that were not what the sample check expects."""
+    columns = [c for c in MCP_COLUMNS if any(c in by_system for by_system in medians.values())]
+    lines = [
+        "| workload | " + " | ".join(MCP_NAMES.get(c, c) for c in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for workload, by_system in medians.items():
+        base = by_system.get("bare", {}).get("cpu_us_per_request")
+        cells = []
+        for system in columns:
+            value = by_system.get(system, {}).get("cpu_us_per_request")
+            r = ratio(value, base) if system != "direct" else None
+            cells.append(
+                "—" if value is None else f"{value:.0f} µs" + (f" ({r:.2f}{TIMES})" if r else "")
+            )
+        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    wrong = {
+        f"{w}/{s}": int(m["unexpected_replies"])
+        for w, by_system in medians.items()
+        for s, m in by_system.items()
+        if m.get("unexpected_replies")
+    }
+    if wrong:
+        lines.append("")
+        lines.append(
+            "Unexpected replies under load: " + ", ".join(f"{k} {v}" for k, v in wrong.items())
+        )
     return "\n".join(lines)
 
 
@@ -123,12 +204,36 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, float | None, bool 
             0.8,
         ),
     ]
+    for workload, clients in (("mcp-16", "16 clients"), ("mcp-1", "1 client")):
+        rows.append(
+            (
+                f"MCP tools/call through Mendpoint / direct, {clients}",
+                r(workload, add, "direct"),
+                ">=",
+                0.8,
+            )
+        )
+        rows.append(
+            (
+                f"MCP tools/call, Mendpoint bridge / mcp-proxy (same stdio server), {clients}",
+                r(workload, "mendpoint-bridge", "mcp-proxy"),
+                ">",
+                1,
+            )
+        )
     out: list[tuple[str, str, float | None, bool | None]] = []
     for name, value, op, limit in rows:
-        met = None if value is None else (value >= limit if op == ">=" else value <= limit)
-        target = f"{'≥' if op == '>=' else '≤'} {limit:g}{TIMES}"
+        met = None if value is None else _meets(value, op, limit)
+        sign = {">=": "≥", "<=": "≤", ">": ">"}[op]
+        target = f"{sign} {limit:g}{TIMES}"
         out.append((name, target, value, met))
     return out
+
+
+def _meets(value: float, op: str, limit: float) -> bool:
+    if op == ">":
+        return value > limit
+    return value >= limit if op == ">=" else value <= limit
 
 
 def targets_table(results: dict[str, Any]) -> str:
@@ -162,17 +267,36 @@ def markdown(results: dict[str, Any]) -> str:
         f"Machine: {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}, "
         f"Linux {machine['kernel']}. Medians of {s['reps']} interleaved runs "
         f"{TIMES} {s['seconds']} s "
-        f"(warm-up {s['warmup']} s); wrk on core 0, system under test on core 1. Ratios are "
-        "to the bare aiohttp proxy in the same run; 1-connection rows show p50 latency.",
+        f"(warm-up {s['warmup']} s); wrk on core 0, system under test on core 1.",
         "",
-        table(results["medians"]),
-        "",
-        "CPU time of the system under test per request (median; ratio to bare):",
-        "",
-        cpu_table(results["medians"]),
-        "",
-        rules_table(results.get("rule_scaling")),
-        "",
-        targets_table(results),
     ]
+    http = http_only(results["medians"])
+    if http:
+        parts += [
+            "Ratios are to the bare aiohttp proxy in the same run; 1-connection rows show p50 "
+            "latency.",
+            "",
+            table(http),
+            "",
+            "CPU time of the system under test per request (median; ratio to bare):",
+            "",
+            cpu_table(http),
+            "",
+        ]
+    mcp = mcp_only(results["medians"])
+    if mcp:
+        parts += [
+            "MCP tools/call round trips, half of the calls failing (median; ratio to direct, the "
+            "fast server alone). bridge and mcp-proxy both serve the stdio variant of the server "
+            "(like for like); the others proxy its Streamable HTTP variant.",
+            "",
+            mcp_table(mcp),
+            "",
+            "CPU time of the process under test per call (median; for direct, the server's own; "
+            "ratio to bare):",
+            "",
+            mcp_cpu_table(mcp),
+            "",
+        ]
+    parts += [rules_table(results.get("rule_scaling")), "", targets_table(results)]
     return "\n".join(parts)

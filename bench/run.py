@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import harness, report
+from bench import harness, mcp_bench, report
 from bench.systems import ROOT, Workload, applies, check, systems
 from bench.systems import WORKLOADS as ALL_WORKLOADS
 from bench.upstream import Nginx, free_port
@@ -39,6 +39,8 @@ class Sample:
     non_2xx: int
     rss_mib: float | None
     cpu_us_per_request: float | None
+    # MCP rows: the load's replies by kind (ok, failed, upgraded, other; bench/mcp.lua).
+    replies: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,20 @@ class Settings:
 
 def measure(name: str, workload: Workload, rep: int, nginx: Nginx, settings: Settings) -> Sample:
     """One fresh process of `name` under `workload`: ready, checked, warmed, loaded."""
+    if workload.mcp:
+        m = mcp_bench.measure(
+            name, workload.conns, settings.root, settings.seconds, settings.warmup, systems()
+        )
+        fields = _load_fields(m.load)
+        return Sample(
+            name,
+            workload.name,
+            rep,
+            **fields,
+            rss_mib=m.rss_mib,
+            cpu_us_per_request=m.cpu_us_per_request,
+            replies=m.replies,
+        )
     command = systems()[name]
     if command is None:
         return _measure_direct(workload, rep, nginx, settings)
@@ -120,6 +136,8 @@ def run_all(pairs: list[tuple[str, Workload]], nginx: Nginx, settings: Settings)
 def _progress(s: Sample) -> str:
     rss = f" rss={s.rss_mib:.0f}MiB" if s.rss_mib is not None else ""
     rss += f" cpu={s.cpu_us_per_request:.0f}us/req" if s.cpu_us_per_request is not None else ""
+    if s.replies is not None:
+        rss += " replies=" + ",".join(f"{k}:{v}" for k, v in s.replies.items())
     return (
         f"  [{s.rep}] {s.workload:9} {s.system:20} {s.rps:10.0f} req/s  p50={s.p50_ms:.3f}ms"
         f"{rss} errors={s.socket_errors}"
@@ -215,6 +233,10 @@ def medians(samples: list[Sample]) -> dict[str, dict[str, dict[str, float | None
                 "cpu_us_per_request": statistics.median(cpu) if cpu else None,
                 "socket_errors": sum(s.socket_errors for s in mine),
             }
+            if any(s.replies is not None for s in mine):
+                by_system[system]["unexpected_replies"] = sum(
+                    mcp_bench.unexpected(system, s.replies) for s in mine if s.replies
+                )
     return out
 
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what `make bench` needs on a fresh Debian machine (run as root): nginx and wrk from
 # Debian's packages, uvloop into the project venv (the bare proxy runs on it), and mitmproxy
-# into a venv of its own (.venv/bench-mitm) so its pinned dependencies never touch the
-# project's. Idempotent: what is already there is not fetched again.
+# and mcp-proxy into venvs of their own (.venv/bench-mitm, .venv/bench-mcpproxy) so their
+# pinned dependencies never touch the project's. mcp-proxy gets uvloop and httptools, which
+# its uvicorn picks up by itself: the peer at its fastest. Idempotent: what is already there
+# is not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -17,4 +19,8 @@ fi
 if [ ! -x .venv/bench-mitm/bin/mitmdump ]; then
     python3 -m venv .venv/bench-mitm
     .venv/bench-mitm/bin/pip install --quiet mitmproxy
+fi
+if [ ! -x .venv/bench-mcpproxy/bin/mcp-proxy ]; then
+    python3 -m venv .venv/bench-mcpproxy
+    .venv/bench-mcpproxy/bin/pip install --quiet mcp-proxy uvloop httptools
 fi

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import fixtures
+from bench import fixtures, mcp_bench, mcp_server
 from bench.harness import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +29,7 @@ class Workload:
     headers: dict[str, str] = field(default_factory=dict)
     dead_upstream: bool = False
     latency: bool = False
+    mcp: bool = False  # MCP tools/call round trips (bench/mcp_bench.py), not wrk GETs to nginx
 
 
 WORKLOADS = (
@@ -51,7 +52,11 @@ WORKLOADS = (
     ),
     Workload("10mb-32", fixtures.BIG_PATH, 32, 200),
     Workload("down-32", fixtures.OK_PATH, 32, 502, dead_upstream=True),
+    # MCP tools/call at 1 and 16 concurrent clients (one session each), half of them failing.
+    Workload("mcp-1", mcp_server.PATH, 1, 200, mcp=True),
+    Workload("mcp-16", mcp_server.PATH, 16, 200, mcp=True),
 )
+MCP_ONLY = ("mendpoint-bridge", "mcp-proxy")
 
 Command = Callable[[str, int, Path], list[str]]
 
@@ -105,7 +110,8 @@ VARIANTS = {
 
 
 def systems() -> dict[str, Command | None]:
-    """Name → command; `direct` has none (wrk goes straight to nginx)."""
+    """Name → command; `direct` has none (wrk goes straight to nginx), nor have the MCP-only
+    systems (bench/mcp_bench.py starts them)."""
     table: dict[str, Command | None] = {"direct": None, "bare": bare(False), "mitmproxy": mitm}
     for mode in MODES:
         table[f"mendpoint-{mode}"] = mendpoint(mode)
@@ -113,11 +119,15 @@ def systems() -> dict[str, Command | None]:
     table["mendpoint-additive+log"] = mendpoint("additive", access_log=True)
     for name, env in VARIANTS.items():
         table[name] = mendpoint("additive", env=env)
+    for name in MCP_ONLY:
+        table[name] = None  # MCP workloads only; their commands are in bench/mcp_bench.py
     return table
 
 
 def applies(system: str, workload: Workload) -> bool:
     """Which pairs are measured: every mode where modes differ, one mode where they cannot."""
+    if workload.mcp or system in MCP_ONLY:
+        return workload.mcp and system in mcp_bench.SYSTEMS
     if system == "direct":
         return not workload.dead_upstream
     if system.endswith("+log"):
