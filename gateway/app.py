@@ -23,10 +23,10 @@ from gateway.config.models import parse_host_port
 from gateway.logs import set_access_log
 from gateway.mcp import runtime as mcp_runtime
 from gateway.observe import READY, RELOADS
+from gateway.proxy.client import UpstreamClient
 from gateway.proxy.forward import handle
 from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
-from gateway.proxy.state import SESSION, SIGNATURES, STATE, GatewayState, StateHolder
-from gateway.proxy.upstream import make_session
+from gateway.proxy.state import SIGNATURES, STATE, UPSTREAM, GatewayState, StateHolder
 from gateway.reload import ConfigWatcher
 from gateway.runtime import settle
 from gateway.signatures import SignatureBook
@@ -57,18 +57,18 @@ def build_app(loaded: LoadedConfig, signatures: SignatureBook | None = None) -> 
     app[STATE] = StateHolder(GatewayState.build(loaded))
     app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
     mcp_runtime.install(app, loaded)
-    app.cleanup_ctx.append(_upstream_session)
+    app.cleanup_ctx.append(_upstream_client)
     app.on_cleanup.append(_close_resolver)
     app.router.add_route("*", "/{tail:.*}", handle)
     app.on_response_prepare.append(close_after_upgrade_request)
     return app
 
 
-async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
-    session = make_session(app[STATE].current.loaded.config.limits)
-    app[SESSION] = session
+async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
+    client = UpstreamClient(app[STATE].current.loaded.config.limits)
+    app[UPSTREAM] = client
     yield
-    await session.close()
+    await client.close()
 
 
 async def _close_resolver(app: web.Application) -> None:

@@ -33,7 +33,7 @@ from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.failure_path import BODY_BOUND_HEADERS, Context, answer_transport_failure
 from gateway.proxy.headers import client_response_headers, upstream_request_headers
 from gateway.proxy.relay import RelayResponse, relay
-from gateway.proxy.state import SESSION
+from gateway.proxy.state import UPSTREAM
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.streams import read_capped
 
@@ -88,7 +88,7 @@ async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.Str
         request_id=ctx.request_id,
     )
     try:
-        upstream = await request.app[SESSION].request(
+        upstream = await request.app[UPSTREAM].request(
             request.method,
             ctx.route.origin,
             ctx.route.upstream_target(target),

@@ -29,7 +29,7 @@ from gateway.proxy.failure_path import (
 )
 from gateway.proxy.headers import client_response_headers, upstream_request_headers
 from gateway.proxy.relay import relay
-from gateway.proxy.state import SESSION, STATE, GatewayState
+from gateway.proxy.state import STATE, UPSTREAM, GatewayState
 from gateway.proxy.upstream import UPSTREAM_ERRORS, ResponseDeadline, transport_kind
 
 log = logging.getLogger("mendpoint.proxy")
@@ -96,7 +96,7 @@ async def forward(
     sent = time.monotonic()
     try:
         async with deadline:
-            upstream = await request.app[SESSION].request(
+            upstream = await request.app[UPSTREAM].request(
                 request.method,
                 route.origin,
                 route.upstream_target(target),

@@ -48,4 +48,4 @@ class StateHolder:
 
 STATE = web.AppKey("mendpoint_state", StateHolder)
 SIGNATURES = web.AppKey("mendpoint_signatures", SignatureBook)
-SESSION = web.AppKey("mendpoint_session", UpstreamClient)
+UPSTREAM = web.AppKey("mendpoint_upstream", UpstreamClient)

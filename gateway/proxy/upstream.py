@@ -1,45 +1,29 @@
-"""The upstream client's set-up, its deadlines, and the one place its exceptions become
+"""The upstream exchange's deadline, and the one place the upstream client's exceptions become
 `TransportKind` values. Past this module a transport fault is a value, not an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 from types import TracebackType
 
 import aiohttp
 
-from gateway.config.models import LimitsSpec
 from gateway.failure import TransportKind
-from gateway.proxy.client import UpstreamClient, UpstreamFault
-
-
-def make_session(limits: LimitsSpec) -> UpstreamClient:
-    """The one upstream client every route shares (see `gateway.proxy.client`)."""
-    return UpstreamClient(limits)
+from gateway.proxy.client import UpstreamFault
 
 
 def transport_kind(exc: BaseException) -> TransportKind:
-    """Classify a client exception raised before the upstream's response headers arrived.
+    """Classify an upstream client exception into a `TransportKind`.
 
-    Most specific first: DNS and connect faults mean nothing was sent; everything after the
-    connection opened may have reached the upstream.
+    Faults before anything was sent (DNS, connect, TLS) and unparseable answers arrive as
+    `UpstreamFault` with their kind; the rest come from aiohttp's protocol and streams once
+    the connection was open, so the upstream may have acted on the request.
     """
     if isinstance(exc, UpstreamFault):
         return exc.kind
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return TransportKind.DNS_FAILURE
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return TransportKind.CONNECT_TIMEOUT
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        if exc.os_error.errno in (errno.ETIMEDOUT,):
-            return TransportKind.CONNECT_TIMEOUT
-        return TransportKind.CONNECT_REFUSED
     if isinstance(exc, aiohttp.SocketTimeoutError | asyncio.TimeoutError | TimeoutError):
         return TransportKind.READ_TIMEOUT
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return TransportKind.INVALID_RESPONSE
     return TransportKind.RESET
 
 
