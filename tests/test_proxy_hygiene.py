@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 from conftest import RawResponse, StartGateway, StartUpstream, exchange_raw, route_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDictProxy
 from yarl import URL
+
+from gateway.proxy.headers import visible_ascii
 
 HOP_BY_HOP_REQUEST = (
     ("Keep-Alive", "timeout=5"),
@@ -320,3 +324,10 @@ async def test_cookies_are_passed_on_and_never_stored(
     for _ in range(2):
         await raw_request(gateway.url, "GET /after HTTP/1.1\nHost: gw\nConnection: close")
         assert "Cookie" not in rec.last
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x3000), max_size=40))
+def test_visible_ascii_is_exactly_0x21_to_0x7e(value: str) -> None:
+    """Request and session ids are accepted only when every character is visible ASCII."""
+    assert visible_ascii(value) == all(0x21 <= ord(c) <= 0x7E for c in value)

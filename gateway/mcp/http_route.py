@@ -31,7 +31,11 @@ from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.failure_path import BODY_BOUND_HEADERS, Context, answer_transport_failure
-from gateway.proxy.headers import client_response_headers, upstream_request_headers
+from gateway.proxy.headers import (
+    client_response_headers,
+    upstream_request_headers,
+    visible_ascii,
+)
 from gateway.proxy.relay import RelayResponse, relay
 from gateway.proxy.state import UPSTREAM
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
@@ -185,7 +189,7 @@ async def _relay_stream(
 
 def _session_id_valid(values: list[str]) -> bool:
     """At most one `Mcp-Session-Id`, of visible ASCII only (0x21-0x7E, MCP transport spec)."""
-    return len(values) <= 1 and all(0x21 <= ord(c) <= 0x7E for c in "".join(values))
+    return len(values) <= 1 and all(visible_ascii(value) for value in values)
 
 
 def _bad_session_id(request_id: str) -> web.Response:

@@ -8,7 +8,6 @@ gateway never makes an MCP response worse than no gateway.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -89,7 +88,7 @@ class Upgrader:
             return None
         begun = time.monotonic()
         try:
-            async with asyncio.timeout(self.enrich_budget_s):
+            async with self.recovery.budget(self.enrich_budget_s):
                 outcome = await self._upgrade(message, pending, ex)
         except TimeoutError:
             log.warning("MCP enrichment over budget; original sent request_id=%s", ex.request_id)
@@ -187,7 +186,7 @@ class Upgrader:
             operation=pending.tool or pending.method, route=ex.route_name, tool=pending.tool
         )
         try:
-            async with asyncio.timeout(self.resolver_budget_s):
+            async with self.recovery.budget(self.resolver_budget_s):
                 return await self.recovery.recover(failure, ex.caller, situation)
         except TimeoutError:
             RESOLUTIONS.labels(outcome="timeout").inc()

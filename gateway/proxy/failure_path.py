@@ -196,11 +196,8 @@ async def _enrich_or_none(
     """Classify, resolve and render within the budget; None means "send the original"."""
     budget_s = ctx.state.loaded.config.enrich_budget_ms / 1000
     begun = time.monotonic()
-    # Classification and local resolution never await, so a timer could not interrupt them
-    # (the check after them enforces the budget); only a remote resolver needs one.
-    awaits = ctx.state.recovery.remote is not None
     try:
-        async with asyncio.timeout(budget_s) if awaits else _NOTHING_TO_WAIT:
+        async with ctx.state.recovery.budget(budget_s):
             rendering = await _enrich(ctx, obs, mode, exchange)
     except TimeoutError:
         log.warning("enrichment over budget; original response sent request_id=%s", ctx.request_id)
@@ -272,9 +269,8 @@ async def _recover(ctx: Context, failure: Failure) -> Recovery:
         return NO_RECOVERY
     budget_s = ctx.state.loaded.config.resolver.budget_ms / 1000
     begun = time.monotonic()
-    awaits = ctx.state.recovery.remote is not None  # see `_enrich_or_none`
     try:
-        async with asyncio.timeout(budget_s) if awaits else _NOTHING_TO_WAIT:
+        async with ctx.state.recovery.budget(budget_s):
             return await ctx.state.recovery.recover(failure, ctx.caller, ctx.situation)
     except TimeoutError:
         RESOLUTIONS.labels(outcome=ResolverOutcome.TIMEOUT.value).inc()

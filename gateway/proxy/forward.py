@@ -27,7 +27,11 @@ from gateway.proxy.failure_path import (
     answer_transport_failure,
     answer_upstream_failure,
 )
-from gateway.proxy.headers import client_response_headers, upstream_request_headers
+from gateway.proxy.headers import (
+    client_response_headers,
+    upstream_request_headers,
+    visible_ascii,
+)
 from gateway.proxy.relay import relay
 from gateway.proxy.state import STATE, UPSTREAM, GatewayState
 from gateway.proxy.upstream import UPSTREAM_ERRORS, ResponseDeadline, transport_kind
@@ -136,7 +140,7 @@ def request_target(request: web.Request) -> str:
 def request_id_of(request: web.Request) -> str:
     """The caller's `X-Request-Id` when it is a sane token, else a fresh one."""
     value = request.headers.get(REQUEST_ID)
-    if value and len(value) <= 200 and all(0x21 <= ord(c) <= 0x7E for c in value):
+    if value and len(value) <= 200 and visible_ascii(value):
         return value
     return _REQUEST_IDS.fresh()
 

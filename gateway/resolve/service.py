@@ -7,6 +7,8 @@ The proxy calls `RecoveryService.recover` under `resolver.budget_ms`; whatever g
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -25,6 +27,7 @@ from gateway.resolve.remote import (
 )
 
 log = logging.getLogger("mendpoint.resolve")
+_NO_TIMER = contextlib.nullcontext()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,15 @@ class RecoveryService:
         outcome = ResolverOutcome.OPTIONS if recovery.available else ResolverOutcome.NONE
         RESOLUTIONS.labels(outcome=outcome.value).inc()
         return recovery if recovery.available else NO_RECOVERY
+
+    def budget(self, seconds: float) -> contextlib.AbstractAsyncContextManager[object]:
+        """A timer of `seconds` around enrichment, armed only when resolution can await.
+
+        Classification and local resolution never await, so a timer could not interrupt
+        them; it would only cost its scheduling on every failure. Callers check the elapsed
+        time afterwards, which enforces the budget in both cases.
+        """
+        return asyncio.timeout(seconds) if self.remote is not None else _NO_TIMER
 
     async def close(self) -> None:
         if self.remote is not None:
