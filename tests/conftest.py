@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,48 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
     for gateway in running:
         await gateway.session.close()
         await gateway.server.stop()
+
+
+RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@dataclass
+class RawUpstream:
+    """A raw TCP server writing exactly what `handler` writes; counts the connections it was
+    sent and notes when each one ended (its handler returned or the peer left)."""
+
+    handler: RawHandler
+    url: str = ""
+    connections: int = 0
+    closed_at: list[float] = field(default_factory=list)
+
+    async def on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.closed_at.append(time.monotonic())
+            writer.close()
+
+
+StartRaw = Callable[[RawHandler], Awaitable[RawUpstream]]
+
+
+@pytest.fixture
+async def start_raw() -> AsyncIterator[StartRaw]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: RawHandler) -> RawUpstream:
+        upstream = RawUpstream(handler)
+        server = await asyncio.start_server(upstream.on_connect, "127.0.0.1", 0)
+        servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        upstream.url = f"http://127.0.0.1:{port}"
+        return upstream
+
+    yield start
+    for server in servers:
+        server.close()
+        await server.wait_closed()

@@ -13,60 +13,26 @@ import json
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
-from conftest import RunningGateway, StartGateway, StartUpstream, route_config
+from conftest import (
+    RawHandler,
+    RunningGateway,
+    StartGateway,
+    StartRaw,
+    StartUpstream,
+    route_config,
+)
 from multidict import CIMultiDictProxy
 
 REQUEST_ID = "rid-transport"
 ENVELOPE_KEYS = {"ok", "data", "error", "failure", "recovery", "warnings", "meta"}
 ADVISORY = ("X-Error-Code", "X-Error-Retryable", "X-Error-Recoverable", "X-Recovery-Available")
-
-RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@dataclass
-class RawUpstream:
-    """A raw TCP server; counts the connections (hence requests) it was sent."""
-
-    handler: RawHandler
-    url: str = ""
-    connections: int = 0
-
-    async def on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            await self.handler(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-
-StartRaw = Callable[[RawHandler], Awaitable[RawUpstream]]
-
-
-@pytest.fixture
-async def start_raw() -> AsyncIterator[StartRaw]:
-    servers: list[asyncio.Server] = []
-
-    async def start(handler: RawHandler) -> RawUpstream:
-        upstream = RawUpstream(handler)
-        server = await asyncio.start_server(upstream.on_connect, "127.0.0.1", 0)
-        servers.append(server)
-        port = server.sockets[0].getsockname()[1]
-        upstream.url = f"http://127.0.0.1:{port}"
-        return upstream
-
-    yield start
-    for server in servers:
-        server.close()
-        await server.wait_closed()
 
 
 def reply_with(data: bytes, *, reset: bool = False) -> RawHandler:

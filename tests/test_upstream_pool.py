@@ -13,14 +13,13 @@ import asyncio
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
-from conftest import StartGateway, StartUpstream, route_config
+from conftest import StartGateway, StartRaw, StartUpstream, route_config
 
 
 @dataclass
@@ -118,44 +117,6 @@ async def test_a_connection_left_mid_body_is_not_reused(
     assert peers.ports[0] != peers.ports[1]
 
 
-RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@dataclass
-class RawServer:
-    url: str
-    closed_at: list[float]
-    connections: list[int]
-
-
-@pytest.fixture
-async def start_raw() -> AsyncIterator[Callable[[RawHandler], Awaitable[RawServer]]]:
-    servers: list[asyncio.Server] = []
-
-    async def start(handler: RawHandler) -> RawServer:
-        record = RawServer("", [], [])
-
-        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            record.connections.append(1)
-            try:
-                await handler(reader, writer)
-            except (ConnectionError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                record.closed_at.append(time.monotonic())
-                writer.close()
-
-        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-        servers.append(server)
-        record.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        return record
-
-    yield start
-    for server in servers:
-        server.close()
-        await server.wait_closed()
-
-
 OK_RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 
 
@@ -175,7 +136,7 @@ async def one_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWri
 
 
 async def test_idle_connections_are_closed_after_the_keepalive_timeout(
-    start_raw: Callable[[RawHandler], Awaitable[RawServer]], start_gateway: StartGateway
+    start_raw: StartRaw, start_gateway: StartGateway
 ) -> None:
     upstream = await start_raw(keep_alive)
     config = route_config(upstream.url) | {"limits": {"keepalive_timeout_s": 0.3}}
@@ -192,7 +153,7 @@ async def test_idle_connections_are_closed_after_the_keepalive_timeout(
 
 
 async def test_an_upstream_closing_idle_connections_costs_no_request(
-    start_raw: Callable[[RawHandler], Awaitable[RawServer]], start_gateway: StartGateway
+    start_raw: StartRaw, start_gateway: StartGateway
 ) -> None:
     upstream = await start_raw(one_then_close)
     gateway = await start_gateway(route_config(upstream.url))
@@ -201,7 +162,7 @@ async def test_an_upstream_closing_idle_connections_costs_no_request(
             assert response.status == 200
             assert await response.read() == b"ok"
         await asyncio.sleep(0.05)  # the close reaches the gateway before the next request
-    assert len(upstream.connections) == 5
+    assert upstream.connections == 5
 
 
 @pytest.mark.parametrize(
@@ -210,7 +171,7 @@ async def test_an_upstream_closing_idle_connections_costs_no_request(
 )
 async def test_interim_answers_are_skipped(
     interim: bytes,
-    start_raw: Callable[[RawHandler], Awaitable[RawServer]],
+    start_raw: StartRaw,
     start_gateway: StartGateway,
 ) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -226,7 +187,7 @@ async def test_interim_answers_are_skipped(
 
 
 async def test_total_timeout_bounds_the_body_too(
-    start_raw: Callable[[RawHandler], Awaitable[RawServer]], start_gateway: StartGateway
+    start_raw: StartRaw, start_gateway: StartGateway
 ) -> None:
     async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
