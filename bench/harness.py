@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LOAD_CORE = 0
 SUT_CORE = 1
@@ -100,13 +101,23 @@ def wrk(url: str, conns: int, seconds: int, headers: dict[str, str]) -> Load:
     argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s", "-s", str(LUA)]
     for name, value in headers.items():
         argv += ["-H", f"{name}: {value}"]
+    return load_of(run_wrk([*argv, url], seconds))
+
+
+def run_wrk(argv: list[str], seconds: int) -> dict[str, Any]:
+    """Run a wrk command line on the load core; the JSON its Lua `done` hook printed."""
     done = subprocess.run(
-        pinned(LOAD_CORE, [*argv, url]), capture_output=True, text=True, timeout=seconds + 60
+        pinned(LOAD_CORE, argv), capture_output=True, text=True, timeout=seconds + 60
     )
     line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
     if line is None:
         raise RuntimeError(f"wrk gave no result: {done.stdout[-500:]} {done.stderr[-500:]}")
-    data = json.loads(line.removeprefix("BENCH_JSON "))
+    data: dict[str, Any] = json.loads(line.removeprefix("BENCH_JSON "))
+    return data
+
+
+def load_of(data: dict[str, Any]) -> Load:
+    """The measures every Lua script reports, as a `Load`."""
     errors = data["connect"] + data["read"] + data["write"] + data["timeout"]
     return Load(
         rps=data["requests"] / (data["duration_us"] / 1e6),

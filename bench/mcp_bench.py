@@ -237,25 +237,8 @@ def unexpected(system: str, replies: dict[str, int]) -> int:
 def wrk(url: str, conns: int, seconds: int, sessions: list[str]) -> McpLoad:
     """wrk pinned to the load core, `mcp.lua` rotating the calls over the sessions."""
     argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s", "-s", str(LUA)]
-    done = subprocess.run(
-        harness.pinned(harness.LOAD_CORE, [*argv, url, "--", *sessions]),
-        capture_output=True,
-        text=True,
-        timeout=seconds + 60,
-    )
-    line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
-    if line is None:
-        raise RuntimeError(f"wrk gave no result: {done.stdout[-500:]} {done.stderr[-500:]}")
-    data = json.loads(line.removeprefix("BENCH_JSON "))
-    errors = data["connect"] + data["read"] + data["write"] + data["timeout"]
-    load = harness.Load(
-        rps=data["requests"] / (data["duration_us"] / 1e6),
-        p50_ms=data["p50_us"] / 1000,
-        p99_ms=data["p99_us"] / 1000,
-        requests=data["requests"],
-        socket_errors=errors,
-        non_2xx=data["status"],
-    )
+    data = harness.run_wrk([*argv, url, "--", *sessions], seconds)
+    load = harness.load_of(data)
     replies = {k: int(data[k]) for k in ("ok", "failed", "upgraded", "other")}
     return McpLoad(load, replies)
 

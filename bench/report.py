@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench import mcp_bench
+
 COLUMNS = (
     "direct",
     "bare",
@@ -21,14 +23,7 @@ COLUMNS = (
 )
 LATENCY = ("ok-1", "error-1")
 # The MCP rows (bench/mcp_bench.py) have their own tables: other systems, ratios to direct.
-MCP_COLUMNS = (
-    "direct",
-    "bare",
-    "mendpoint-original",
-    "mendpoint-additive",
-    "mendpoint-bridge",
-    "mcp-proxy",
-)
+MCP_COLUMNS = mcp_bench.SYSTEMS
 MCP_NAMES = {
     "mendpoint-original": "original",
     "mendpoint-additive": "additive",
