@@ -13,6 +13,7 @@ import asyncio
 import ssl
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,3 +262,88 @@ async def test_https_upstream_is_verified_against_the_trust_store(
             assert await response.json() == {"tls": True}
     finally:
         await runner.cleanup()
+
+
+async def test_head_answers_leave_the_connection_in_step(
+    start_raw: StartRaw, start_gateway: StartGateway
+) -> None:
+    """A HEAD answer announces a length but has no body: the next answer must not be eaten."""
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            seen.append(head.split(b" ", 1)[0])
+            if head.startswith(b"HEAD"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
+            else:
+                writer.write(OK_RESPONSE)
+            await writer.drain()
+
+    upstream = await start_raw(handler)
+    gateway = await start_gateway(route_config(upstream.url))
+    for method in ("HEAD", "GET", "HEAD", "GET"):
+        async with gateway.session.request(method, gateway.url + "/x") as response:
+            assert response.status == 200
+            assert await response.read() == (b"" if method == "HEAD" else b"ok")
+    assert seen == [b"HEAD", b"GET", b"HEAD", b"GET"]
+    assert upstream.connections == 1
+
+
+async def test_bytes_after_a_complete_answer_never_reach_the_next_request(
+    start_raw: StartRaw, start_gateway: StartGateway
+) -> None:
+    """An upstream that writes more than it framed: the leftover is not a response to anyone."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await reader.readuntil(b"\r\n\r\n")
+            smuggled = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled"
+            writer.write(OK_RESPONSE + smuggled)
+            await writer.drain()
+
+    upstream = await start_raw(handler)
+    gateway = await start_gateway(route_config(upstream.url))
+    for _ in range(4):
+        async with gateway.session.get(gateway.url + "/x") as response:
+            assert await response.read() == b"ok"
+        await asyncio.sleep(0.02)
+    assert upstream.connections == 4  # each leftover condemned its connection
+
+
+async def test_an_early_answer_stops_the_upload_and_retires_the_connection(
+    start_raw: StartRaw, start_gateway: StartGateway
+) -> None:
+    """The upstream refuses before the body is in: the client gets that answer, and the half-sent
+    connection is never reused."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.startswith(b"POST"):
+            refusal = b'{"error":"too big"}'
+            writer.write(
+                b"HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(refusal), refusal)
+            )
+            await writer.drain()
+            await asyncio.sleep(1.0)  # keep reading nothing; the gateway must not wait on us
+            return
+        writer.write(OK_RESPONSE)
+        await writer.drain()
+
+    upstream = await start_raw(handler)
+    gateway = await start_gateway(route_config(upstream.url, mode="original"))
+
+    async def slow_body() -> AsyncIterator[bytes]:
+        for _ in range(20):
+            yield b"x" * 65536
+            await asyncio.sleep(0.05)
+
+    started = time.monotonic()
+    async with gateway.session.post(gateway.url + "/upload", data=slow_body()) as response:
+        assert response.status == 413
+        assert await response.json() == {"error": "too big"}
+    assert time.monotonic() - started < 3.0
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert await response.read() == b"ok"
+    assert upstream.connections == 2
