@@ -25,11 +25,12 @@ import functools
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import hdrs
+from aiohttp.client_exceptions import SocketTimeoutError
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.helpers import BaseTimerContext, TimeoutHandle, TimerNoop
 from aiohttp.http import HttpProcessingError, StreamWriter
@@ -115,6 +116,52 @@ class _Connection:
     total: asyncio.TimerHandle | None = None
 
 
+class ResponseDeadline:
+    """One deadline for the upstream's response head and, on the failure path, its error body.
+
+    `read_timeout_s` restarts on every byte, so an upstream that drips a byte every few
+    hundred milliseconds would hold the request forever. This deadline never restarts: the
+    head (and the error body the gateway reads before answering) must have arrived within
+    `limits.response_timeout_s`. The clock starts once the request body has been forwarded
+    whole, so a slow upload is never mistaken for a slow upstream. A success body is streamed
+    to the client as it comes and is bounded by `read_timeout_s` alone, as without a gateway.
+
+    The client arms it on the connection while it waits for the head: past the deadline the
+    wait fails with `SocketTimeoutError` (`read_timeout`). A timer handle, not
+    `asyncio.timeout()`: that costs a task lookup and, on Python 3.11, a `getpid()` system
+    call per use, on every request.
+    """
+
+    __slots__ = ("_expire", "_handle", "_loop", "_seconds", "when")
+
+    def __init__(self, seconds: float, loop: asyncio.AbstractEventLoop) -> None:
+        self._seconds = seconds
+        self._loop = loop
+        self.when: float | None = None
+        self._expire: Callable[[], None] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """Start the clock (idempotent): the whole request has been handed to the upstream."""
+        if self.when is not None:
+            return
+        self.when = self._loop.time() + self._seconds
+        if self._expire is not None:
+            self._handle = self._loop.call_at(self.when, self._expire)
+
+    def arm(self, expire: Callable[[], None]) -> None:
+        """Call `expire` at the deadline (or once it is started) until `disarm`."""
+        self._expire = expire
+        if self.when is not None:
+            self._handle = self._loop.call_at(self.when, expire)
+
+    def disarm(self) -> None:
+        self._expire = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class UpstreamClient:
     """One pool of keep-alive connections per upstream origin, capped in total."""
 
@@ -127,6 +174,10 @@ class UpstreamClient:
         self._closed = False
         self._sweeper = self._loop.call_later(limits.keepalive_timeout_s, self._sweep)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
     async def request(
         self,
         method: str,
@@ -134,6 +185,7 @@ class UpstreamClient:
         target: str,
         headers: CIMultiDict[str],
         body: bytes | AsyncIterable[bytes] | None = None,
+        deadline: ResponseDeadline | None = None,
     ) -> UpstreamResponse:
         """Send one request and return once the response head has arrived."""
         limits = self._limits
@@ -151,7 +203,13 @@ class UpstreamClient:
         try:
             with timer:
                 await self._send(conn, method, target, headers, body, timer)
-                return await self._response_head(conn, origin)
+                if deadline is None:
+                    return await self._response_head(conn, origin)
+                deadline.arm(functools.partial(_too_late, conn.protocol))
+                try:
+                    return await self._response_head(conn, origin)
+                finally:
+                    deadline.disarm()
         except BaseException:
             self._release(origin, conn, reusable=False)
             raise
@@ -343,6 +401,10 @@ class UpstreamClient:
         self._idle.clear()
 
 
+def _too_late(protocol: ResponseHandler) -> None:
+    protocol.set_exception(SocketTimeoutError("no response within limits.response_timeout_s"))
+
+
 async def _send_body(
     writer: StreamWriter, protocol: ResponseHandler, body: bytes | AsyncIterable[bytes]
 ) -> None:
@@ -363,4 +425,4 @@ async def _send_body(
     protocol.start_timeout()
 
 
-__all__ = ["Origin", "UpstreamClient", "UpstreamFault", "UpstreamResponse"]
+__all__ = ["Origin", "ResponseDeadline", "UpstreamClient", "UpstreamFault", "UpstreamResponse"]

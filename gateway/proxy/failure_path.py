@@ -34,12 +34,12 @@ from gateway.observe import (
     status_class,
 )
 from gateway.proxy.body import decoded_for_matching
-from gateway.proxy.client import UpstreamResponse
+from gateway.proxy.client import ResponseDeadline, UpstreamResponse
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
 from gateway.proxy.state import SIGNATURES, GatewayState
-from gateway.proxy.upstream import UPSTREAM_ERRORS, ResponseDeadline, transport_kind
+from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.streams import read_capped

@@ -22,6 +22,7 @@ from gateway.logs import AccessRecord
 from gateway.mcp.http_route import handle_mcp
 from gateway.observe import IN_FLIGHT, count_request, observe_upstream
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
+from gateway.proxy.client import ResponseDeadline
 from gateway.proxy.failure_path import (
     Context,
     answer_transport_failure,
@@ -34,7 +35,7 @@ from gateway.proxy.headers import (
 )
 from gateway.proxy.relay import relay
 from gateway.proxy.state import STATE, UPSTREAM, GatewayState
-from gateway.proxy.upstream import UPSTREAM_ERRORS, ResponseDeadline, transport_kind
+from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 
 log = logging.getLogger("mendpoint.proxy")
 
@@ -77,7 +78,8 @@ async def forward(
         return plain(413, "Request body too large", request_id)
     if route.spec.type == "mcp":
         return await handle_mcp(request, Context(request, state, route, record), target)
-    deadline = ResponseDeadline(limits.response_timeout_s)
+    client = request.app[UPSTREAM]
+    deadline = ResponseDeadline(limits.response_timeout_s, client.loop)
     body = None
     if request.body_exists:
         body = RequestBody(
@@ -99,14 +101,14 @@ async def forward(
     )
     sent = time.monotonic()
     try:
-        async with deadline:
-            upstream = await request.app[UPSTREAM].request(
-                request.method,
-                route.origin,
-                route.upstream_target(target),
-                headers,
-                body.chunks() if body is not None else None,
-            )
+        upstream = await client.request(
+            request.method,
+            route.origin,
+            route.upstream_target(target),
+            headers,
+            body.chunks() if body is not None else None,
+            deadline,
+        )
     except UPSTREAM_ERRORS as exc:
         if body is not None and body.failure is not None:
             return _body_failure(body.failure, request_id)
