@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from conftest import StartGateway, StartRaw, StartUpstream, route_config
+from conftest import RawHandler, StartGateway, StartRaw, StartUpstream, route_config
 
 
 @dataclass
@@ -347,3 +347,44 @@ async def test_an_early_answer_stops_the_upload_and_retires_the_connection(
     async with gateway.session.get(gateway.url + "/x") as response:
         assert await response.read() == b"ok"
     assert upstream.connections == 2
+
+
+def dripping(pause_s: float, count: int, then_stall: bool) -> RawHandler:
+    """Send a head for `count` bytes, then one byte every `pause_s`; maybe stall at the end."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        total = count + (1 if then_stall else 0)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total)
+        for _ in range(count):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(pause_s)
+        if then_stall:
+            await asyncio.sleep(5)
+
+    return handler
+
+
+async def test_read_timeout_restarts_on_every_byte(
+    start_raw: StartRaw, start_gateway: StartGateway
+) -> None:
+    """Bytes 0.1 s apart for 1.2 s under a 0.35 s read timeout: the body arrives whole."""
+    upstream = await start_raw(dripping(0.1, 12, then_stall=False))
+    gateway = await start_gateway(route_config(upstream.url) | {"limits": {"read_timeout_s": 0.35}})
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert await response.read() == b"x" * 12
+
+
+async def test_read_timeout_ends_a_stalled_body(
+    start_raw: StartRaw, start_gateway: StartGateway
+) -> None:
+    """A body that stops arriving is cut (the client connection aborted) one timeout later."""
+    upstream = await start_raw(dripping(0.05, 4, then_stall=True))
+    gateway = await start_gateway(route_config(upstream.url) | {"limits": {"read_timeout_s": 0.35}})
+    started = time.monotonic()
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+    assert 0.35 <= time.monotonic() - started < 2.5

@@ -67,6 +67,40 @@ class Origin:
         return self.scheme == "https"
 
 
+class _Protocol(ResponseHandler):
+    """aiohttp's `ResponseHandler` with a lazy `sock_read` timer.
+
+    aiohttp cancels and re-creates a timer handle on every `data_received`: hundreds per
+    10 MB body. Here data only moves a timestamp; the one timer, when it fires early, re-arms
+    itself for what is left. Same deadline (no byte for `read_timeout_s`), far fewer handles.
+    aiohttp's `_drop_timeout` (end of body, paused reading, errors) still stops it.
+    """
+
+    _last_read = 0.0
+
+    def _reschedule_timeout(self) -> None:
+        timeout = self._read_timeout
+        if not timeout:
+            self._drop_timeout()
+            return
+        self._last_read = self._loop.time()
+        if self._read_timeout_handle is None:
+            self._read_timeout_handle = self._loop.call_at(
+                self._last_read + timeout, self._check_read_timeout
+            )
+
+    def _check_read_timeout(self) -> None:
+        self._read_timeout_handle = None
+        timeout = self._read_timeout
+        if not timeout:
+            return
+        due = self._last_read + timeout
+        if due > self._loop.time():
+            self._read_timeout_handle = self._loop.call_at(due, self._check_read_timeout)
+        else:
+            self._on_read_timeout()
+
+
 class UpstreamResponse:
     """An upstream answer whose body is read from `content` as it arrives."""
 
@@ -337,7 +371,7 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(self._limits.connect_timeout_s):
                 _, protocol = await loop.create_connection(
-                    lambda: ResponseHandler(loop),
+                    lambda: _Protocol(loop),
                     origin.host,
                     origin.port,
                     ssl=self._tls_context if origin.tls else None,
