@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from gateway.classify import Classifier, Observation
 from gateway.config.models import McpSpec
 from gateway.envelope import advisory_headers, dump, error_object, failure_object
-from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery
+from gateway.failure import Failure, Mode, Recovery
 from gateway.mcp.jsonrpc import Pending
 from gateway.mcp.rewrite import (
     guided_tools_list,
@@ -26,7 +26,6 @@ from gateway.mcp.rewrite import (
     upgraded_error,
     upgraded_tool_result,
 )
-from gateway.observe import RESOLUTIONS
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import RecoveryService, Situation
 
@@ -179,21 +178,12 @@ class Upgrader:
         return failure, recovery, advisory_headers(failure, recovery, self.prefix, False)
 
     async def _recover(self, failure: Failure, pending: Pending, ex: Exchange) -> Recovery:
-        """Options within `resolver.budget_ms`; past it or on any error, none (SPEC §6.3)."""
-        if failure.recovery_intent is None:
-            return NO_RECOVERY
         situation = Situation(
             operation=pending.tool or pending.method, route=ex.route_name, tool=pending.tool
         )
-        try:
-            async with self.recovery.budget(self.resolver_budget_s):
-                return await self.recovery.recover(failure, ex.caller, situation)
-        except TimeoutError:
-            RESOLUTIONS.labels(outcome="timeout").inc()
-        except Exception:
-            RESOLUTIONS.labels(outcome="error").inc()
-            log.exception("recovery resolution failed request_id=%s", ex.request_id)
-        return NO_RECOVERY
+        return await self.recovery.recover_within(
+            self.resolver_budget_s, failure, ex.caller, situation, ex.request_id
+        )
 
     @staticmethod
     def _payload(failure: Failure, recovery: Recovery, request_id: str) -> dict[str, Any]:

@@ -27,12 +27,13 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import hdrs
 from aiohttp.client_exceptions import SocketTimeoutError
 from aiohttp.client_proto import ResponseHandler
-from aiohttp.helpers import BaseTimerContext, TimeoutHandle, TimerNoop
+from aiohttp.helpers import BaseTimerContext, TimeoutHandle
 from aiohttp.http import HttpProcessingError, StreamWriter
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -206,6 +207,16 @@ class UpstreamClient:
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        # The same for every response; worked out once, not per request.
+        self._parsing: dict[str, Any] = {
+            "read_until_eof": True,  # no length and no chunking: the close ends the body
+            "auto_decompress": False,
+            "read_timeout": limits.read_timeout_s,
+            "read_bufsize": READ_CHUNK,
+            "max_line_size": limits.max_line_bytes * 2,
+            "max_field_size": limits.max_header_bytes * 2,
+            "max_headers": max(limits.max_headers * 2, 128),
+        }
         self._sweeper = self._loop.call_later(limits.keepalive_timeout_s, self._sweep)
 
     @property
@@ -222,9 +233,8 @@ class UpstreamClient:
         deadline: ResponseDeadline | None = None,
     ) -> UpstreamResponse:
         """Send one request and return once the response head has arrived."""
-        limits = self._limits
-        total = TimeoutHandle(self._loop, limits.total_timeout_s)
-        timer: BaseTimerContext = total.timer() if limits.total_timeout_s else TimerNoop()
+        total = TimeoutHandle(self._loop, self._limits.total_timeout_s)
+        timer = total.timer()  # a no-op context when there is no total timeout
         total_handle = total.start()
         try:
             with timer:
@@ -258,17 +268,10 @@ class UpstreamClient:
         timer: BaseTimerContext,
     ) -> None:
         protocol = conn.protocol
-        limits = self._limits
         protocol.set_response_params(
             timer=timer,  # the total timeout, if any, also bounds reading the body
             skip_payload=method == "HEAD",
-            read_until_eof=True,  # no length and no chunking: the close ends the body
-            auto_decompress=False,
-            read_timeout=limits.read_timeout_s,
-            read_bufsize=READ_CHUNK,
-            max_line_size=limits.max_line_bytes * 2,
-            max_field_size=limits.max_header_bytes * 2,
-            max_headers=max(limits.max_headers * 2, 128),
+            **self._parsing,
         )
         writer = StreamWriter(protocol, self._loop)
         if isinstance(body, bytes):

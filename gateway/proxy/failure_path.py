@@ -20,17 +20,14 @@ from multidict import CIMultiDict
 from gateway.classify import Observation
 from gateway.classify.rules import CompiledRule
 from gateway.envelope import Exchange, Rendering, render
-from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery, TransportKind
+from gateway.failure import Failure, Mode, Recovery, TransportKind
 from gateway.logs import AccessRecord
 from gateway.observe import (
     ENVELOPES,
     FAILURES,
     FALLBACKS,
-    RESOLUTIONS,
-    RESOLVER_LATENCY,
     UNMATCHED,
     FallbackReason,
-    ResolverOutcome,
     status_class,
 )
 from gateway.proxy.body import decoded_for_matching
@@ -61,8 +58,6 @@ BODY_BOUND_HEADERS = (
     "Accept-Ranges",
 )
 STREAM_TYPES = ("text/event-stream", "multipart/x-mixed-replace")
-# An async no-op context for the paths where nothing awaits (so no timer is armed).
-_NOTHING_TO_WAIT = contextlib.nullcontext()
 
 
 @dataclass
@@ -134,7 +129,7 @@ async def answer_upstream_failure(ctx: Context, upstream: UpstreamResponse) -> w
         # Small error bodies usually arrive with the head: then nothing waits, and no timer.
         deadline = None if upstream.content.is_eof() else ctx.deadline
         try:
-            async with asyncio.timeout_at(deadline.when) if deadline else _NOTHING_TO_WAIT:
+            async with asyncio.timeout_at(deadline.when) if deadline else contextlib.nullcontext():
                 prefix, complete = await read_capped(upstream.content, cap)
         except UPSTREAM_ERRORS as exc:
             return await answer_transport_failure(ctx, transport_kind(exc))
@@ -264,23 +259,10 @@ def _status_class_of(obs: Observation) -> str:
 
 
 async def _recover(ctx: Context, failure: Failure) -> Recovery:
-    """Recovery options within `resolver.budget_ms`; past it or on any error, none."""
-    if failure.recovery_intent is None:
-        return NO_RECOVERY
     budget_s = ctx.state.loaded.config.resolver.budget_ms / 1000
-    begun = time.monotonic()
-    try:
-        async with ctx.state.recovery.budget(budget_s):
-            return await ctx.state.recovery.recover(failure, ctx.caller, ctx.situation)
-    except TimeoutError:
-        RESOLUTIONS.labels(outcome=ResolverOutcome.TIMEOUT.value).inc()
-        log.warning("recovery resolution over budget request_id=%s", ctx.request_id)
-    except Exception:
-        RESOLUTIONS.labels(outcome=ResolverOutcome.ERROR.value).inc()
-        log.exception("recovery resolution failed request_id=%s", ctx.request_id)
-    finally:
-        RESOLVER_LATENCY.observe(time.monotonic() - begun)
-    return NO_RECOVERY
+    return await ctx.state.recovery.recover_within(
+        budget_s, failure, ctx.caller, ctx.situation, ctx.request_id
+    )
 
 
 def _exchange(ctx: Context, obs: Observation, upstream: UpstreamResponse) -> Exchange:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 from gateway.config.loader import LoadedConfig
 from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
-from gateway.observe import RESOLUTIONS, GapReporter, ResolverOutcome
+from gateway.observe import RESOLUTIONS, RESOLVER_LATENCY, GapReporter, ResolverOutcome
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery, resolve_locally
@@ -76,6 +77,35 @@ class RecoveryService:
             caller.scopes,
             situation.operation,
         )
+
+    async def recover_within(
+        self,
+        budget_s: float,
+        failure: Failure,
+        caller: Caller,
+        situation: Situation,
+        request_id: str,
+    ) -> Recovery:
+        """`recover` within `resolver.budget_ms`; past it or on any error, none (SPEC §6.3).
+
+        The one place both the HTTP failure path and MCP upgrades resolve, so both count a
+        timeout or an error as an outcome and observe the resolver's latency alike.
+        """
+        if failure.recovery_intent is None:
+            return NO_RECOVERY
+        begun = time.monotonic()
+        try:
+            async with self.budget(budget_s):
+                return await self.recover(failure, caller, situation)
+        except TimeoutError:
+            RESOLUTIONS.labels(outcome=ResolverOutcome.TIMEOUT.value).inc()
+            log.warning("recovery resolution over budget request_id=%s", request_id)
+        except Exception:
+            RESOLUTIONS.labels(outcome=ResolverOutcome.ERROR.value).inc()
+            log.exception("recovery resolution failed request_id=%s", request_id)
+        finally:
+            RESOLVER_LATENCY.observe(time.monotonic() - begun)
+        return NO_RECOVERY
 
     async def recover(self, failure: Failure, caller: Caller, situation: Situation) -> Recovery:
         query = self.query(failure, caller, situation)
