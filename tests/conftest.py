@@ -3,90 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from multidict import CIMultiDict
-from yarl import URL
 
 from gateway.app import GatewayServer
 from gateway.config.loader import LoadedConfig, load_config
-
-
-@dataclass
-class RunningGateway:
-    url: str
-    server: GatewayServer
-    session: aiohttp.ClientSession
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        return await self.session.request(method, self.url + path, **kwargs)
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (for gateways started as subprocesses)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass(frozen=True)
-class RawResponse:
-    status: int
-    headers: CIMultiDict[str]
-    body: bytes
-
-
-async def exchange_raw(base_url: str, data: bytes, timeout_s: float = 10) -> RawResponse:
-    """Write `data` as-is to the server behind `base_url`, read to EOF, parse the head.
-
-    For requests no HTTP client would send (smuggling, hygiene); they ask to close, so the
-    answer ends at EOF.
-    """
-    url = URL(base_url)
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        async with asyncio.timeout(timeout_s):
-            raw = await reader.read(-1)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers.add(name.strip(), value.strip())
-    return RawResponse(int(status_line.split(" ")[1]), headers, body)
-
-
-StartGateway = Callable[..., Awaitable[RunningGateway]]
-StartUpstream = Callable[[web.Application], Awaitable[str]]
-
-
-def write_config(tmp_path: Path, config: dict[str, Any], name: str = "gateway.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def route_config(upstream: str, **route: Any) -> dict[str, Any]:
-    """A one-route config dict in front of `upstream`; route keys override the defaults."""
-    return {"routes": [{"name": "api", "prefix": "/", "upstream": upstream, **route}]}
+from tests.support.gateway import (
+    RawHandler,
+    RawUpstream,
+    RunningGateway,
+    StartGateway,
+    StartRaw,
+    StartUpstream,
+    write_config,
+)
 
 
 @pytest.fixture
@@ -125,33 +61,6 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
     for gateway in running:
         await gateway.session.close()
         await gateway.server.stop()
-
-
-RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@dataclass
-class RawUpstream:
-    """A raw TCP server writing exactly what `handler` writes; counts the connections it was
-    sent and notes when each one ended (its handler returned or the peer left)."""
-
-    handler: RawHandler
-    url: str = ""
-    connections: int = 0
-    closed_at: list[float] = field(default_factory=list)
-
-    async def on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            await self.handler(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self.closed_at.append(time.monotonic())
-            writer.close()
-
-
-StartRaw = Callable[[RawHandler], Awaitable[RawUpstream]]
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
+from tests.support.paths import PACKAGE
+
+PACKAGE = PACKAGE
 LAYERS = {
     "gateway": 0,
     "gateway.failure": 0,
@@ -77,3 +79,21 @@ def test_only_observe_may_import_prometheus() -> None:
         if "prometheus_client" in p.read_text() and module_name(p) != "gateway.observe"
     ]
     assert offenders == []
+
+
+TEST_MODULES = sorted((PACKAGE.parent / "tests").rglob("test_*.py"))
+
+
+@pytest.mark.parametrize("path", TEST_MODULES, ids=[p.stem for p in TEST_MODULES])
+def test_test_modules_import_only_the_support_package(path: Path) -> None:
+    """Shared helpers live in tests/support; a test module never imports another test module."""
+    tree = ast.parse(path.read_text())
+    test_imports = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and node.module
+        and (node.module.startswith("tests.") or node.module in {"conftest", "faultserver"})
+        and not node.module.startswith("tests.support")
+    }
+    assert test_imports == set()

@@ -1,0 +1,228 @@
+"""`mendpoint stdio` with real servers: the official SDK's client and server, and the npm
+filesystem and everything servers. Errors come back upgraded; successes byte for byte."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.support.paths import MCP_SERVERS
+
+SERVERS = MCP_SERVERS
+BIN = SERVERS / "node_modules" / ".bin"
+SDK_SERVER = [sys.executable, str(SERVERS / "sdk_server.py"), "stdio"]
+MENDPOINT = [sys.executable, "-m", "gateway", "--log-level", "warning", "stdio", "--"]
+INIT: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def npm_bin(name: str) -> str:
+    """The npm server's launcher; missing means the test set-up did not run (fail, never skip)."""
+    path = BIN / name
+    assert path.exists(), f"{path} is missing: run `make mcp-servers` (npm ci in tests/mcp_servers)"
+    return str(path)
+
+
+def call(n: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    params = {"name": tool, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
+
+
+def exchange(argv: list[str], messages: list[dict[str, Any]]) -> dict[Any, bytes]:
+    """Send the messages as lines, close stdin, return each response line by its id."""
+    lines = b"".join(json.dumps(m).encode() + b"\n" for m in messages)
+    done = subprocess.run(argv, input=lines, capture_output=True, timeout=60, check=False)
+    out: dict[Any, bytes] = {}
+    for line in done.stdout.splitlines():
+        message = json.loads(line)
+        if "id" in message:
+            out[message["id"]] = line
+    return out
+
+
+def failure_item(line: bytes) -> dict[str, Any]:
+    result = json.loads(line)["result"]
+    assert result["isError"] is True
+    item: dict[str, Any] = json.loads(result["content"][-1]["text"])["mendpoint_failure"]
+    assert result["_meta"]["mendpoint/failure"] == item
+    return item
+
+
+@pytest.fixture(scope="module")
+def fsroot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fsroot")
+    (root / "a.txt").write_text("hello\n")
+    (root / "dir").mkdir()
+    return root
+
+
+FS_CASES = [
+    ("enoent", "read_text_file", {"path": "missing.txt"}, "FILE_NOT_FOUND"),
+    ("eisdir", "read_text_file", {"path": "dir"}, "PATH_IS_DIRECTORY"),
+    ("enotdir", "list_directory", {"path": "a.txt"}, "PATH_NOT_DIRECTORY"),
+    ("outside", "read_text_file", {"path": "/etc/hostname"}, "PATH_OUTSIDE_ALLOWED"),
+    ("exists", "move_file", {"source": "a.txt", "destination": "a.txt"}, "DESTINATION_EXISTS"),
+    ("invalid", "read_text_file", {}, "INVALID_ARGUMENTS"),
+    ("unknown-tool", "no_such_tool", {}, "TOOL_NOT_FOUND"),
+]
+
+
+@pytest.fixture(scope="module")
+def filesystem_replies(fsroot: Path) -> dict[Any, bytes]:
+    server = [npm_bin("mcp-server-filesystem"), str(fsroot)]
+    calls = [
+        call(
+            n,
+            tool,
+            {
+                k: str(fsroot / v) if k != "x" and not v.startswith("/") else v
+                for k, v in args.items()
+            },
+        )
+        for n, (_, tool, args, _) in enumerate(FS_CASES, start=1)
+    ]
+    success = call(100, "read_text_file", {"path": str(fsroot / "a.txt")})
+    listing = {"jsonrpc": "2.0", "id": 101, "method": "tools/list"}
+    messages = [INIT, INITIALIZED, *calls, success, listing]
+    through = exchange([*MENDPOINT, *server], messages)
+    direct = exchange(server, messages)
+    return {
+        **{f"gw:{k}": v for k, v in through.items()},
+        **{f"direct:{k}": v for k, v in direct.items()},
+    }
+
+
+@pytest.mark.parametrize(
+    ("n", "code"),
+    [(n, code) for n, (_, _, _, code) in enumerate(FS_CASES, start=1)],
+    ids=[case[0] for case in FS_CASES],
+)
+def test_filesystem_errors_are_upgraded(
+    filesystem_replies: dict[Any, bytes], n: int, code: str
+) -> None:
+    gw, direct = filesystem_replies[f"gw:{n}"], filesystem_replies[f"direct:{n}"]
+    item = failure_item(gw)
+    assert item["error"]["code"] == code
+    original = json.loads(direct)["result"]["content"]
+    assert json.loads(gw)["result"]["content"][: len(original)] == original
+
+
+def test_filesystem_success_is_byte_identical(filesystem_replies: dict[Any, bytes]) -> None:
+    assert filesystem_replies["gw:100"] == filesystem_replies["direct:100"]
+    assert b"hello" in filesystem_replies["gw:100"]
+
+
+def test_filesystem_tools_list_gains_guidance_only(filesystem_replies: dict[Any, bytes]) -> None:
+    gw = json.loads(filesystem_replies["gw:101"])["result"]["tools"]
+    direct = json.loads(filesystem_replies["direct:101"])["result"]["tools"]
+    assert [t["name"] for t in gw] == [t["name"] for t in direct]
+    for ours, theirs in zip(gw, direct, strict=True):
+        assert ours["description"].startswith(theirs["description"])
+        assert "never invent recovery skills" in ours["description"]
+        assert {k: v for k, v in ours.items() if k != "description"} == {
+            k: v for k, v in theirs.items() if k != "description"
+        }
+
+
+def test_everything_server_errors_and_successes() -> None:
+    server = [npm_bin("mcp-server-everything"), "stdio"]
+    messages = [INIT, INITIALIZED, call(1, "echo", {"message": "hi"}), call(2, "nope", {})]
+    through = exchange([*MENDPOINT, *server], messages)
+    direct = exchange(server, messages)
+    assert through[1] == direct[1]
+    assert failure_item(through[2])["error"]["code"] == "TOOL_NOT_FOUND"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["2025-11-25", "2026-07-28"])
+async def test_sdk_client_and_server_through_stdio(mode: str) -> None:
+    params = StdioServerParameters(command=MENDPOINT[0], args=[*MENDPOINT[1:], *SDK_SERVER])
+    async with Client(params, mode=mode) as client:
+        ok = await client.call_tool("add", {"a": 2, "b": 3})
+        assert ok.is_error is not True
+        assert ok.structured_content == {"result": 5}
+        failed = await client.call_tool("read_note", {"name": "nope"})
+        assert failed.is_error is True
+        first = failed.content[0]
+        assert first.type == "text" and "ENOENT" in first.text
+        last = failed.content[-1]
+        assert last.type == "text"
+        item = json.loads(last.text)["mendpoint_failure"]
+        assert item["error"]["code"] == "FILE_NOT_FOUND"
+        assert failed.meta is not None
+        extension = failed.meta["io.modelcontextprotocol/toolFailure"]
+        assert extension["class"] == "capability"
+        assert extension["correlationId"] == item["error"]["request_id"]
+        transient = await client.call_tool("fetch_page", {"url": "http://x"})
+        assert transient.meta is not None
+        assert transient.meta["io.modelcontextprotocol/toolFailure"]["class"] == "reliability"
+        tools = await client.list_tools()
+        assert all("never invent recovery skills" in (t.description or "") for t in tools.tools)
+
+
+DYING_SERVER = (
+    "import sys\n"
+    "sys.stdin.readline()\n"
+    "print('not json at all', flush=True)\n"
+    "sys.stderr.write('server log line\\n')\n"
+    "sys.exit(3)\n"
+)
+
+
+def test_server_death_answers_pending_requests_and_exit_status_passes() -> None:
+    lines = json.dumps(call(7, "add", {"a": 1, "b": 2})).encode() + b"\n"
+    done = subprocess.run(
+        [*MENDPOINT, sys.executable, "-c", DYING_SERVER],
+        input=lines,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 3
+    out = done.stdout.splitlines()
+    assert out[0] == b"not json at all"
+    answer = json.loads(out[1])
+    assert answer["id"] == 7
+    assert answer["error"]["code"] == -32000
+    assert b"server log line" in done.stderr
+
+
+BIG_ECHO = (
+    "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
+)
+
+
+def test_lines_of_several_mib_pass_whole() -> None:
+    big = json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"pad": "p" * (3 << 20)}})
+    done = subprocess.run(
+        [*MENDPOINT, sys.executable, "-c", BIG_ECHO],
+        input=big.encode() + b"\n",
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert done.stdout == big.encode() + b"\n"
+
+
+def test_command_is_required() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "stdio"], capture_output=True, timeout=30, check=False
+    )
+    assert done.returncode == 2
+    assert b"give the server command" in done.stderr

@@ -1,0 +1,159 @@
+"""deploy/ is checked without a container engine: manifests against the Kubernetes schemas
+(offline, kubernetes-validate), every command line against the real CLI parser, every embedded
+config through the real loader, and every PromQL metric against what the gateway exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from gateway.cli import _parser
+from gateway.config.loader import load_catalog, load_config
+from gateway.observe import REGISTRY
+from tests.support.paths import DEPLOY
+
+DEPLOY = DEPLOY
+MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+K8S_VERSION = "1.30.0"
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    if doc["kind"] != "Deployment":
+        return []
+    found: list[dict[str, Any]] = doc["spec"]["template"]["spec"]["containers"]
+    return found
+
+
+def parses(argv: list[str]) -> None:
+    """The real `mendpoint` parser accepts these arguments (SystemExit would fail the test)."""
+    _parser().parse_args(argv)
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
+def test_manifests_validate_against_kubernetes_schemas(path: Path) -> None:
+    docs = documents(path)
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_expected_objects_exist() -> None:
+    kinds = {(doc["kind"], doc["metadata"]["name"]) for p in MANIFESTS for doc in documents(p)}
+    assert {
+        ("Deployment", "orders"),
+        ("Deployment", "mendpoint-gateway"),
+        ("HorizontalPodAutoscaler", "mendpoint-gateway"),
+        ("PodDisruptionBudget", "mendpoint-gateway"),
+        ("Deployment", "mendpoint-resolver"),
+        ("Service", "mendpoint-resolver"),
+    } <= kinds
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
+def test_mendpoint_container_args_parse_and_configs_load(path: Path, tmp_path: Path) -> None:
+    docs = documents(path)
+    config_maps = {
+        doc["metadata"]["name"]: doc["data"] for doc in docs if doc["kind"] == "ConfigMap"
+    }
+    checked = 0
+    for doc in docs:
+        for container in containers(doc):
+            if "command" in container:  # the demo app container, not Mendpoint
+                continue
+            argv = container["args"]
+            parses(argv)
+            mounted = _materialise(doc, config_maps, tmp_path)
+            config_path = mounted[argv[argv.index("--config") + 1]]
+            loaded = (load_catalog if argv[0] == "resolver" else load_config)(str(config_path))
+            assert loaded.rules or loaded.skills
+            probes = [
+                container.get(k, {}).get("httpGet", {}).get("path")
+                for k in ("readinessProbe", "livenessProbe")
+            ]
+            assert set(probes) <= {"/readyz", "/healthz"} and all(probes)
+            checked += 1
+    assert checked >= 1
+
+
+def _materialise(
+    doc: dict[str, Any], config_maps: dict[str, dict[str, str]], root: Path
+) -> dict[str, Path]:
+    """Write each mounted ConfigMap where the Pod would see it; map mount paths to files."""
+    pod = doc["spec"]["template"]["spec"]
+    volumes = {v["name"]: v["configMap"] for v in pod["volumes"] if "configMap" in v}
+    files: dict[str, Path] = {}
+    for container in pod["containers"]:
+        for mount in container.get("volumeMounts", []):
+            if mount["name"] not in volumes:  # an emptyDir, say: nothing to load
+                continue
+            source = volumes[mount["name"]]
+            data = config_maps[source["name"]]
+            items = source.get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                target = root / mount["mountPath"].lstrip("/") / item["path"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(data[item["key"]])
+                files[f"{mount['mountPath']}/{item['path']}"] = target
+    return files
+
+
+def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
+    assert len(stages) == 2 and all(s.startswith("python:3.11-slim") for s in stages)
+    final = text.split("\nFROM ")[-1]
+    assert "USER 10001" in final and "HEALTHCHECK" in final
+    assert "gcc" not in final and "build-essential" not in final
+    entry = json.loads(re.search(r"^ENTRYPOINT (.+)$", text, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    command = json.loads(re.search(r"^CMD (.+)$", text, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    assert entry == ["mendpoint"]
+    parses([*command, "--upstream", "http://demo:9000"])
+    for copied in re.findall(r"^COPY (?!--from)(\S+)", text, re.MULTILINE):
+        assert (DEPLOY.parent / copied).exists(), copied
+
+
+def test_compose_file_references_real_files_and_valid_commands() -> None:
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"demo", "mendpoint"}
+    build = services["demo"]["build"]
+    assert (DEPLOY / build["context"] / build["dockerfile"]).exists()
+    assert (DEPLOY.parent / "examples" / "demo_api.py").exists()
+    gateway = services["mendpoint"]
+    parses(gateway["command"])
+    for volume in gateway["volumes"]:
+        source, target = volume.split(":")[:2]
+        assert (DEPLOY / source).exists(), source
+        if target == gateway["command"][-1]:
+            assert load_config(str(DEPLOY / source)).rules
+
+
+SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
+
+
+def exported_metric_names() -> set[str]:
+    """Series names the gateway exposes, including for labelled metrics not yet observed."""
+    return {
+        family.name + suffix for family in REGISTRY.collect() for suffix in SUFFIXES[family.type]
+    }
+
+
+def test_every_promql_expression_names_real_metrics() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "mendpoint.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 10
+    exported = exported_metric_names()
+    used = {name for expr in exprs for name in re.findall(r"\bmendpoint_[a-z_]+", expr)}
+    assert used, "the dashboard queries no Mendpoint metric"
+    unknown = {name for name in used if name not in exported}
+    assert not unknown, f"metrics the gateway does not export: {sorted(unknown)}"

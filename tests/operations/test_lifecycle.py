@@ -1,0 +1,150 @@
+"""The gateway process as an operator runs it: environment overrides, SIGHUP reload and a
+graceful SIGTERM drain that lets in-flight requests finish and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from tests.support.gateway import StartUpstream, free_port
+from tests.support.paths import REPO
+
+ROOT = REPO
+
+
+def slow_app() -> web.Application:
+    async def handler(request: web.Request) -> web.Response:
+        if request.path == "/slow":
+            await asyncio.sleep(1.0)
+        return web.json_response({"message": "gone"}, status=410)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    return app
+
+
+async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            async with session.get(url) as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} never became ready")
+
+
+async def stop(process: asyncio.subprocess.Process) -> tuple[int, str]:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    code = await asyncio.wait_for(process.wait(), 30)
+    assert process.stderr is not None
+    return code, (await process.stderr.read()).decode()
+
+
+async def test_environment_overrides_configure_the_embedded_gateway(
+    start_upstream: StartUpstream,
+) -> None:
+    upstream = await start_upstream(slow_app())
+    port, admin = free_port(), free_port()
+    process = await start(
+        "serve",
+        env={
+            "MENDPOINT_UPSTREAM": upstream,
+            "MENDPOINT_LISTEN": f"127.0.0.1:{port}",
+            "MENDPOINT_ADMIN": f"127.0.0.1:{admin}",
+            "MENDPOINT_MODE": "envelope",
+            "MENDPOINT_LOG_FORMAT": "json",
+        },
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_ready(session, f"http://127.0.0.1:{admin}/readyz")
+            async with session.get(f"http://127.0.0.1:{port}/x") as response:
+                body = await response.json()
+            assert response.status == 410
+            assert body["ok"] is False and body["error"]["code"] == "GONE"
+    finally:
+        code, stderr = await stop(process)
+    assert code == 0
+    assert '"logger":"mendpoint.access"' in stderr and '"route":"default"' in stderr
+
+
+async def test_sighup_reloads_and_sigterm_drains(
+    start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    upstream = await start_upstream(slow_app())
+    port, admin = free_port(), free_port()
+    data: dict[str, Any] = {
+        "listen": f"127.0.0.1:{port}",
+        "admin": f"127.0.0.1:{admin}",
+        "routes": [{"name": "api", "upstream": upstream}],
+        "rules": [
+            {
+                "id": "gone",
+                "match": {"status": [410]},
+                "error": {"code": "FIRST", "category": "NOT_FOUND"},
+            }
+        ],
+        "shutdown": {"drain_delay_s": 0.6, "grace_s": 10},
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(data))
+    process = await start("serve", "--config", str(path))
+    base, admin_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_ready(session, admin_url + "/readyz")
+            async with session.get(base + "/a") as response:
+                assert (await response.json())["error"]["code"] == "FIRST"
+            data["rules"][0]["error"]["code"] = "SECOND"
+            path.write_text(yaml.safe_dump(data))
+            process.send_signal(signal.SIGHUP)
+            for _ in range(100):
+                async with session.get(base + "/a") as response:
+                    if (await response.json())["error"]["code"] == "SECOND":
+                        break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("SIGHUP did not reload")
+
+            in_flight = asyncio.create_task(session.get(base + "/slow"))
+            await asyncio.sleep(0.2)
+            process.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.2)
+            async with session.get(admin_url + "/readyz") as ready:
+                assert ready.status == 503  # draining: not ready, still serving
+            async with session.get(base + "/a") as during:
+                assert during.status == 410
+            response = await in_flight
+            assert response.status == 410
+            assert (await response.json())["error"]["code"] == "SECOND"
+            response.release()
+    finally:
+        code, stderr = await stop(process)
+    assert code == 0, stderr
+    assert "config reloaded" in stderr

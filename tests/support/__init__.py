@@ -1,0 +1,1 @@
+"""Helpers shared by the test packages; no test module imports from another test module."""
