@@ -20,11 +20,11 @@ from gateway.admin import build_admin_app
 from gateway.config.errors import ConfigError
 from gateway.config.loader import LoadedConfig, load_config
 from gateway.config.models import parse_host_port
+from gateway.handler import handle
 from gateway.logs import set_access_log
 from gateway.mcp import runtime as mcp_runtime
 from gateway.observe import READY, RELOADS
 from gateway.proxy.client import UpstreamClient
-from gateway.proxy.forward import handle
 from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
 from gateway.proxy.state import SIGNATURES, STATE, UPSTREAM, GatewayState, StateHolder
 from gateway.reload import ConfigWatcher

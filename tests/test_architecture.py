@@ -1,4 +1,5 @@
-"""Imports point one way: failure → config → classify/resolve → envelope → proxy → app → cli."""
+"""Imports point one way: failure → config → classify/resolve → envelope → proxy → mcp →
+handler → app → cli."""
 
 from __future__ import annotations
 
@@ -24,15 +25,16 @@ LAYERS = {
     "gateway.resolve": 2,
     "gateway.envelope": 3,
     "gateway.proxy": 4,
-    "gateway.mcp": 4,
-    "gateway.explain": 5,
-    "gateway.fixtures": 5,
-    "gateway.admin": 5,
-    "gateway.app": 6,
-    "gateway.workers": 7,
-    "gateway.supervisor": 7,
-    "gateway.cli": 7,
-    "gateway.__main__": 8,
+    "gateway.mcp": 5,
+    "gateway.handler": 6,
+    "gateway.explain": 6,
+    "gateway.fixtures": 6,
+    "gateway.admin": 6,
+    "gateway.app": 7,
+    "gateway.workers": 8,
+    "gateway.supervisor": 8,
+    "gateway.cli": 8,
+    "gateway.__main__": 9,
 }
 MODULES = sorted(PACKAGE.rglob("*.py"))
 

@@ -47,7 +47,8 @@ from gateway.mcp.jsonrpc import (
     server_gone,
 )
 from gateway.mcp.upgrade import Upgrader
-from gateway.proxy.failure_path import Context, answer_transport_failure
+from gateway.proxy.context import RequestContext
+from gateway.proxy.failure_path import answer_transport_failure
 
 log = logging.getLogger("mendpoint.mcp")
 
@@ -282,7 +283,7 @@ class Bridges:
 
 
 async def serve_bridge(
-    request: web.Request, ctx: Context, body: bytes, bridges: Bridges, upgrader: Upgrader
+    request: web.Request, ctx: RequestContext, body: bytes, bridges: Bridges, upgrader: Upgrader
 ) -> web.StreamResponse:
     """Serve one Streamable HTTP request of a bridge route."""
     session_id = request.headers.get(SESSION_HEADER)
@@ -305,7 +306,7 @@ async def serve_bridge(
 
 async def _post(
     request: web.Request,
-    ctx: Context,
+    ctx: RequestContext,
     body: bytes,
     session_id: str | None,
     bridges: Bridges,
@@ -344,7 +345,7 @@ async def _post(
 
 async def _exchange(
     request: web.Request,
-    ctx: Context,
+    ctx: RequestContext,
     session: BridgeSession,
     message: Any,
     lines: bytes,
@@ -373,7 +374,7 @@ async def _exchange(
 class _Answer:
     """Writing a POST's answer from the lines its waiter receives, responses upgraded."""
 
-    ctx: Context
+    ctx: RequestContext
     session: BridgeSession
     waiter: Waiter
     tracker: Tracker
@@ -409,7 +410,9 @@ class _Answer:
         return web.Response(status=200, body=body, headers=headers)
 
 
-async def _listen(request: web.Request, ctx: Context, session: BridgeSession) -> web.StreamResponse:
+async def _listen(
+    request: web.Request, ctx: RequestContext, session: BridgeSession
+) -> web.StreamResponse:
     """The GET stream: the server's messages sent while no POST stream is open."""
     if "text/event-stream" not in request.headers.get("Accept", "").lower():
         return _rpc_error(
@@ -475,11 +478,11 @@ def _event(payload: bytes) -> bytes:
     return b"event: message\ndata: " + payload + b"\n\n"
 
 
-def _headers(session: BridgeSession, ctx: Context) -> CIMultiDict[str]:
+def _headers(session: BridgeSession, ctx: RequestContext) -> CIMultiDict[str]:
     return CIMultiDict({SESSION_HEADER: session.id, REQUEST_ID: ctx.request_id})
 
 
-def _rpc_error(status: int, code: int, message: str, ctx: Context) -> web.Response:
+def _rpc_error(status: int, code: int, message: str, ctx: RequestContext) -> web.Response:
     """A refusal in the shape MCP clients parse: a JSON-RPC error with no id."""
     error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
     return web.Response(

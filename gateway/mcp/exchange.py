@@ -21,7 +21,7 @@ from gateway.mcp.jsonrpc import (
     request_key,
 )
 from gateway.mcp.upgrade import Exchange, Outcome, Upgrader
-from gateway.proxy.failure_path import Context
+from gateway.proxy.context import RequestContext
 from gateway.resolve.callers import Caller
 
 
@@ -29,7 +29,7 @@ from gateway.resolve.callers import Caller
 class HttpExchange:
     """The `Exchange` of one HTTP request: mode and caller come from the proxy's context."""
 
-    ctx: Context
+    ctx: RequestContext
 
     @property
     def route_name(self) -> str:

@@ -30,7 +30,8 @@ from gateway.mcp.runtime import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.client import UpstreamResponse
-from gateway.proxy.failure_path import BODY_BOUND_HEADERS, Context, answer_transport_failure
+from gateway.proxy.context import RequestContext
+from gateway.proxy.failure_path import BODY_BOUND_HEADERS, answer_transport_failure
 from gateway.proxy.headers import (
     client_response_headers,
     upstream_request_headers,
@@ -47,7 +48,7 @@ SESSION_HEADER = "Mcp-Session-Id"
 REQUEST_ID = "X-Request-Id"
 
 
-async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.StreamResponse:
+async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> web.StreamResponse:
     """Serve one Streamable HTTP request of an MCP route (an upstream URL, or the bridge)."""
     spec = ctx.route.spec
     why = refusal(request.headers.get("Origin"), request.headers.get("Host"), spec)
@@ -114,7 +115,7 @@ async def handle_mcp(request: web.Request, ctx: Context, target: str) -> web.Str
 
 async def _respond(
     request: web.Request,
-    ctx: Context,
+    ctx: RequestContext,
     upstream: UpstreamResponse,
     tracker: Tracker,
     upgrader: Upgrader,
@@ -133,7 +134,7 @@ async def _respond(
 
 async def _answer_json(
     request: web.Request,
-    ctx: Context,
+    ctx: RequestContext,
     upstream: UpstreamResponse,
     headers: CIMultiDict[str],
     tracker: Tracker,
@@ -157,7 +158,7 @@ async def _answer_json(
 
 async def _relay_stream(
     request: web.Request,
-    ctx: Context,
+    ctx: RequestContext,
     upstream: UpstreamResponse,
     headers: CIMultiDict[str],
     tracker: Tracker,

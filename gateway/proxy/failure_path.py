@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
-from dataclasses import dataclass
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -21,29 +19,24 @@ from gateway.classify import Observation
 from gateway.classify.rules import CompiledRule
 from gateway.envelope import Exchange, Rendering, render
 from gateway.failure import Failure, Mode, Recovery, TransportKind
-from gateway.logs import AccessRecord
 from gateway.observe import (
     ENVELOPES,
     FAILURES,
-    FALLBACKS,
     UNMATCHED,
     FallbackReason,
     status_class,
 )
 from gateway.proxy.body import decoded_for_matching
-from gateway.proxy.client import ResponseDeadline, UpstreamResponse
+from gateway.proxy.client import UpstreamResponse
+from gateway.proxy.context import REQUEST_ID, RequestContext
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
-from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
-from gateway.proxy.state import SIGNATURES, GatewayState
+from gateway.proxy.state import SIGNATURES
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
-from gateway.resolve.callers import Caller
-from gateway.resolve.service import Situation
 from gateway.streams import read_capped
 
 log = logging.getLogger("mendpoint.proxy")
 
-REQUEST_ID = "X-Request-Id"
 NO_BODY_STATUSES = frozenset({204, 304})
 # Headers that describe the upstream's exact bytes; wrong once the body is rewritten.
 BODY_BOUND_HEADERS = (
@@ -60,60 +53,9 @@ BODY_BOUND_HEADERS = (
 STREAM_TYPES = ("text/event-stream", "multipart/x-mixed-replace")
 
 
-@dataclass
-class Context:
-    """One request as the failure path needs it.
-
-    Who the caller is and which mode they get are worked out only here, on the failure path,
-    so the success path never hashes an API key or a rollout key.
-    """
-
-    request: web.Request
-    state: GatewayState
-    route: Route
-    record: AccessRecord
-    deadline: ResponseDeadline | None = None
-
-    @property
-    def request_id(self) -> str:
-        return self.record.request_id
-
-    @functools.cached_property
-    def caller(self) -> Caller:
-        return self.state.callers.identify(self.request.headers)
-
-    @functools.cached_property
-    def mode(self) -> Mode:
-        caller = self.caller
-        rollout_key = caller.name if caller.name is not None else f"peer:{self.request.remote}"
-        requested = self.request.headers.get(MODE_HEADER)
-        return choose_mode(self.route, requested, rollout_key, self.request_id)
-
-    @property
-    def situation(self) -> Situation:
-        spec = self.route.spec
-        operation = spec.operation or f"{self.request.method} {self.request.path}"
-        return Situation(operation=operation, route=spec.name)
-
-    def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.record.started) * 1000)
-
-    def fell_back(self, reason: FallbackReason) -> None:
-        self.record.fallback = reason.value
-        FALLBACKS.labels(route=self.route.spec.name, reason=reason.value).inc()
-
-    def observation(self, **fields: object) -> Observation:
-        method = self.request.method
-        return Observation(
-            route=self.route.spec.name,
-            method=method,
-            path=self.request.path,
-            idempotent=method in self.route.idempotent,
-            **fields,  # type: ignore[arg-type]
-        )
-
-
-async def answer_upstream_failure(ctx: Context, upstream: UpstreamResponse) -> web.StreamResponse:
+async def answer_upstream_failure(
+    ctx: RequestContext, upstream: UpstreamResponse
+) -> web.StreamResponse:
     """An upstream response that rules must look at (any 4xx/5xx, or a status a rule names)."""
     limits = ctx.state.loaded.config.limits
     cap = limits.error_body_bytes
@@ -164,7 +106,7 @@ async def answer_upstream_failure(ctx: Context, upstream: UpstreamResponse) -> w
     return await relay(ctx.request, upstream, headers, prefix, complete=complete)
 
 
-async def answer_transport_failure(ctx: Context, kind: TransportKind) -> web.StreamResponse:
+async def answer_transport_failure(ctx: RequestContext, kind: TransportKind) -> web.StreamResponse:
     """A synthesised 502 (or 504 on timeout) for an exchange that produced no response."""
     status = 504 if kind in (TransportKind.CONNECT_TIMEOUT, TransportKind.READ_TIMEOUT) else 502
     log.info(
@@ -186,7 +128,7 @@ async def answer_transport_failure(ctx: Context, kind: TransportKind) -> web.Str
 
 
 async def _enrich_or_none(
-    ctx: Context, obs: Observation, mode: Mode, exchange: Exchange
+    ctx: RequestContext, obs: Observation, mode: Mode, exchange: Exchange
 ) -> Rendering | None:
     """Classify, resolve and render within the budget; None means "send the original"."""
     budget_s = ctx.state.loaded.config.enrich_budget_ms / 1000
@@ -212,7 +154,7 @@ async def _enrich_or_none(
 
 
 async def _enrich(
-    ctx: Context, obs: Observation, mode: Mode, exchange: Exchange
+    ctx: RequestContext, obs: Observation, mode: Mode, exchange: Exchange
 ) -> Rendering | None:
     verdict = ctx.state.classifier.classify(obs)
     if verdict is None:
@@ -235,7 +177,7 @@ async def _enrich(
 
 
 def _count(
-    ctx: Context, obs: Observation, rule: CompiledRule, failure: Failure, mode: Mode
+    ctx: RequestContext, obs: Observation, rule: CompiledRule, failure: Failure, mode: Mode
 ) -> None:
     """Every classification is counted, in every mode: shadow traffic shows what would change."""
     route = ctx.route.spec.name
@@ -258,14 +200,14 @@ def _status_class_of(obs: Observation) -> str:
     return status_class(obs.status) if obs.status is not None else "transport"
 
 
-async def _recover(ctx: Context, failure: Failure) -> Recovery:
+async def _recover(ctx: RequestContext, failure: Failure) -> Recovery:
     budget_s = ctx.state.loaded.config.resolver.budget_ms / 1000
     return await ctx.state.recovery.recover_within(
         budget_s, failure, ctx.caller, ctx.situation, ctx.request_id
     )
 
 
-def _exchange(ctx: Context, obs: Observation, upstream: UpstreamResponse) -> Exchange:
+def _exchange(ctx: RequestContext, obs: Observation, upstream: UpstreamResponse) -> Exchange:
     return Exchange(
         request_id=ctx.request_id,
         duration_ms=0,

@@ -1,0 +1,58 @@
+"""The one aiohttp handler behind every route: route, dispatch by route type, count and log.
+
+It sits above both data paths: `proxy.forward` serves `type: http` routes and
+`mcp.http_route` serves `type: mcp` routes; neither imports the other's package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from gateway.logs import AccessRecord
+from gateway.mcp.http_route import handle_mcp
+from gateway.observe import IN_FLIGHT, count_request
+from gateway.proxy.context import RequestContext, request_id_of
+from gateway.proxy.forward import forward, plain, request_target
+from gateway.proxy.state import STATE, GatewayState
+
+CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    """Forward, then count and log the outcome, whatever it was."""
+    state = request.app[STATE].current
+    request_id = request_id_of(request)
+    target = request_target(request)
+    record = AccessRecord(request_id, request.method, request.path, time.monotonic())
+    IN_FLIGHT.inc()
+    try:
+        response = await dispatch(request, state, record, target)
+        record.status = response.status
+        return response
+    except asyncio.CancelledError:
+        record.status = CLIENT_CLOSED
+        raise
+    finally:
+        IN_FLIGHT.dec()
+        count_request(record.route, record.method, record.status)
+        record.emit()
+
+
+async def dispatch(
+    request: web.Request, state: GatewayState, record: AccessRecord, target: str
+) -> web.StreamResponse:
+    """The route for the target and the data path for its type."""
+    route = state.routes.find(target.partition("?")[0])
+    if route is None:
+        return plain(404, "No route for this path", record.request_id)
+    record.route = route.spec.name
+    declared = request.content_length
+    if declared is not None and declared > state.loaded.config.limits.max_request_body_bytes:
+        return plain(413, "Request body too large", record.request_id)
+    ctx = RequestContext(request, state, route, record)
+    if route.spec.type == "mcp":
+        return await handle_mcp(request, ctx, target)
+    return await forward(request, ctx, target)

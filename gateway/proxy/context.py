@@ -1,0 +1,111 @@
+"""One request as the data path sees it: route, state, access record, deadline, request id.
+
+HTTP forwarding, the failure path and the MCP relays all take a `RequestContext`; who the
+caller is and which mode they get are worked out lazily, on failures only.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gateway.classify import Observation
+from gateway.failure import Mode
+from gateway.logs import AccessRecord
+from gateway.observe import FALLBACKS, FallbackReason
+from gateway.proxy.client import ResponseDeadline
+from gateway.proxy.headers import visible_ascii
+from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
+from gateway.proxy.state import GatewayState
+from gateway.resolve.callers import Caller
+from gateway.resolve.service import Situation
+
+REQUEST_ID = "X-Request-Id"
+
+
+@dataclass
+class RequestContext:
+    """One request as the failure path needs it.
+
+    Who the caller is and which mode they get are worked out only here, on the failure path,
+    so the success path never hashes an API key or a rollout key.
+    """
+
+    request: web.Request
+    state: GatewayState
+    route: Route
+    record: AccessRecord
+    deadline: ResponseDeadline | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.record.request_id
+
+    @functools.cached_property
+    def caller(self) -> Caller:
+        return self.state.callers.identify(self.request.headers)
+
+    @functools.cached_property
+    def mode(self) -> Mode:
+        caller = self.caller
+        rollout_key = caller.name if caller.name is not None else f"peer:{self.request.remote}"
+        requested = self.request.headers.get(MODE_HEADER)
+        return choose_mode(self.route, requested, rollout_key, self.request_id)
+
+    @property
+    def situation(self) -> Situation:
+        spec = self.route.spec
+        operation = spec.operation or f"{self.request.method} {self.request.path}"
+        return Situation(operation=operation, route=spec.name)
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.record.started) * 1000)
+
+    def fell_back(self, reason: FallbackReason) -> None:
+        self.record.fallback = reason.value
+        FALLBACKS.labels(route=self.route.spec.name, reason=reason.value).inc()
+
+    def observation(self, **fields: object) -> Observation:
+        method = self.request.method
+        return Observation(
+            route=self.route.spec.name,
+            method=method,
+            path=self.request.path,
+            idempotent=method in self.route.idempotent,
+            **fields,  # type: ignore[arg-type]
+        )
+
+
+def request_id_of(request: web.Request) -> str:
+    """The caller's `X-Request-Id` when it is a sane token, else a fresh one."""
+    value = request.headers.get(REQUEST_ID)
+    if value and len(value) <= 200 and visible_ascii(value):
+        return value
+    return _REQUEST_IDS.fresh()
+
+
+class _RequestIds:
+    """32 hex digits, unique without a syscall: a random per-process prefix and a counter.
+
+    Unique is what a request id needs (it is logged and echoed, never trusted); `uuid4()` or
+    `os.urandom` cost a syscall per request on the success path.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+    def fresh(self) -> str:
+        return f"{self._prefix}{next(self._counter):016x}"
+
+
+_REQUEST_IDS = _RequestIds()
+os.register_at_fork(after_in_child=_REQUEST_IDS.reset)  # a forked worker never repeats ids
