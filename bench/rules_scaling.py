@@ -20,7 +20,8 @@ from typing import Any
 
 from bench import fixtures
 from gateway.classify import Classifier, Observation
-from gateway.config.loader import SourcedRule, load_config
+from gateway.config.loaded import SourcedRule
+from gateway.config.loader import load_config
 from gateway.config.models import RuleSpec
 
 COUNTS = (10, 1_000, 10_000)

@@ -18,7 +18,8 @@ from aiohttp import helpers, web
 
 from gateway.admin import build_admin_app
 from gateway.config.errors import ConfigError
-from gateway.config.loader import LoadedConfig, load_config
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
 from gateway.config.models import parse_host_port
 from gateway.handler import handle
 from gateway.logs import set_access_log

@@ -21,13 +21,8 @@ from multidict import CIMultiDict
 from gateway import __version__, runtime, supervisor, workers
 from gateway.app import UnsafeRuntime, require_c_parser, serve_forever
 from gateway.config.errors import ConfigError
-from gateway.config.loader import (
-    LoadedConfig,
-    builtin_text,
-    embedded_config,
-    load_catalog,
-    load_config,
-)
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import builtin_text, embedded_config, load_catalog, load_config
 from gateway.config.models import parse_host_port
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind

@@ -13,7 +13,7 @@ from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation, Verdict
 from gateway.classify.render_failure import parse_retry_after
-from gateway.config.loader import LoadedConfig
+from gateway.config.loaded import LoadedConfig
 from gateway.envelope import Exchange, Rendering, render
 from gateway.failure import NO_RECOVERY, Mode, Recovery, TransportKind
 from gateway.proxy.body import decoded_for_matching

@@ -15,7 +15,8 @@ from multidict import CIMultiDict
 from pydantic import Field, model_validator
 
 from gateway.classify import Classifier
-from gateway.config.loader import LoadedConfig, validate_model
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import validate_model
 from gateway.config.models import Strict
 from gateway.config.yamlsrc import parse_yaml
 from gateway.envelope import error_object, failure_object

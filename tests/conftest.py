@@ -13,7 +13,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.app import GatewayServer
-from gateway.config.loader import LoadedConfig, load_config
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
 from tests.support.gateway import (
     RawHandler,
     RawUpstream,

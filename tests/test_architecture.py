@@ -1,16 +1,28 @@
-"""Imports point one way: failure → config → classify/resolve → envelope → proxy → mcp →
-handler → app → cli."""
+"""The shape of the package: imports point one way and never go round in a circle.
+
+Layers, low to high: failure → config → classify/resolve → envelope → proxy → mcp → handler →
+app → cli. A module may import its own layer or lower ones, never a higher one.
+
+The import graph is module to module over gateway/: `from gateway.x import y` is an edge to the
+module `gateway.x.y` when that is a module and to `gateway.x` otherwise, and relative imports
+are resolved the same way. Every import statement counts wherever it is written: at module
+level, inside a function, and under `if TYPE_CHECKING:`. An import deferred into a function or
+hidden behind TYPE_CHECKING stops the interpreter from tripping over a cycle, not the reader:
+the two modules still need each other to be understood, tested and changed, so the fix is to
+move what both need into a module below them (as `config/loaded.py` is for `config/loader.py`
+and `config/validate.py`), not to hide the import.
+"""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import PACKAGE
 
-PACKAGE = PACKAGE
 LAYERS = {
     "gateway": 0,
     "gateway.failure": 0,
@@ -56,15 +68,71 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+NAMES = {module_name(p): p for p in MODULES}
+
+
+def _absolute(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module a `from … import` names, resolving leading dots against `module`."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.split(".")
+    if NAMES[module].name != "__init__.py":
+        package.pop()
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _targets(module: str, node: ast.AST) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        base = _absolute(module, node)
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}"
+            yield submodule if submodule in NAMES else base
+
+
 def imported(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return {n for n in names if n == "gateway" or n.startswith("gateway.")}
+    """Every gateway module `path` imports, from any statement anywhere in it."""
+    module = module_name(path)
+    names = {
+        target
+        for node in ast.walk(ast.parse(path.read_text()))
+        for target in _targets(module, node)
+    }
+    return {n for n in names if (n == "gateway" or n.startswith("gateway.")) and n != module}
+
+
+GRAPH = {name: imported(path) & NAMES.keys() for name, path in NAMES.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
@@ -72,6 +140,42 @@ def test_no_module_imports_upward(path: Path) -> None:
     own = layer_of(module_name(path))
     upward = {name for name in imported(path) if layer_of(name) > own}
     assert not upward, f"{module_name(path)} (layer {own}) imports upward: {sorted(upward)}"
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(GRAPH)
+    described = [
+        " ".join(f"{a} → {sorted(GRAPH[a] & set(component))}" for a in component)
+        for component in found
+    ]
+    assert found == [], f"import cycles: {described}"
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"a": {"b"}, "b": {"a"}, "c": {"a"}}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ],
+    ids=["two-cycle", "three-cycle", "chain"],
+)
+def test_cycle_finder_finds_cycles(graph: dict[str, set[str]], expected: list[list[str]]) -> None:
+    """The guard above is only as good as the search it runs."""
+    assert cycles(graph) == expected
+
+
+def test_function_level_and_type_checking_imports_are_edges() -> None:
+    """A deferred import is still an edge: that is the decision the module docstring explains."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from gateway.config.loaded import LoadedConfig\n"
+        "def f() -> None:\n    from gateway.config import validate\n"
+        "    from .models import GatewayConfig\n"
+    )
+    tree = ast.parse(source)
+    targets = {t for node in ast.walk(tree) for t in _targets("gateway.config.validate", node)}
+    assert targets >= {"gateway.config.loaded", "gateway.config.validate", "gateway.config.models"}
 
 
 def test_only_observe_may_import_prometheus() -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from gateway.classify.observation import Observation
 from gateway.classify.render_failure import build_failure
 from gateway.classify.rules import CompiledRule, compile_rule
-from gateway.config.loader import LoadedConfig
+from gateway.config.loaded import LoadedConfig
 from gateway.failure import Failure, TransportKind
 
 FIRST_FAILURE_STATUS = 400

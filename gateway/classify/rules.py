@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.classify.observation import Observation, json_path_get, split_json_path
-from gateway.config.loader import SourcedRule
+from gateway.config.loaded import SourcedRule
 from gateway.config.models import ErrorSpec
 from gateway.config.patterns import Pattern, compile_glob, compile_regex, parse_status
 from gateway.failure import TransportKind

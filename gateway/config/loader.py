@@ -9,23 +9,19 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from gateway.config.errors import ConfigError, Problem
+from gateway.config.loaded import LoadedConfig, Sourced, SourcedCommand, SourcedRule
 from gateway.config.models import (
     CallersSpec,
-    CommandSpec,
     GatewayConfig,
     KeysFile,
-    PolicySpec,
     RouteSpec,
     RulePack,
-    RuleSpec,
-    SkillSpec,
 )
 from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
@@ -35,51 +31,6 @@ DEFAULT_PACKS = ("http-defaults", "mcp-defaults")
 MAX_FILE_BYTES = 8 << 20
 
 M = TypeVar("M", bound=BaseModel)
-
-
-@dataclass(frozen=True, slots=True)
-class Sourced:
-    """Where a rule, command or skill was written: file, line and its path in that file."""
-
-    file: str
-    line: int | None
-    path: tuple[str | int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SourcedRule:
-    spec: RuleSpec
-    source: Sourced
-    is_default: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SourcedCommand:
-    spec: CommandSpec
-    source: Sourced
-
-
-@dataclass(slots=True)
-class LoadedConfig:
-    """A fully validated config: what the classifier and the app are built from."""
-
-    config: GatewayConfig
-    source: str
-    rules: list[SourcedRule] = field(default_factory=list)
-    commands: dict[str, SourcedCommand] = field(default_factory=dict)
-    companions: list[str] | None = None
-    skills: list[SkillSpec] = field(default_factory=list)
-    policies: list[PolicySpec] = field(default_factory=list)
-    skill_sources: dict[str, Sourced] = field(default_factory=dict)
-    policy_sources: list[Sourced] = field(default_factory=list)
-    callers: CallersSpec | None = None
-    files: list[str] = field(default_factory=list)
-    docs: dict[str, YamlDoc] = field(default_factory=dict)
-
-    def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
-        """The line of a field inside a sourced item, for error messages."""
-        doc = self.docs.get(source.file)
-        return doc.line_of((*source.path, *subpath)) if doc is not None else source.line
 
 
 def load_config(path: str) -> LoadedConfig:
@@ -364,13 +315,12 @@ def _os_message(exc: OSError) -> str:
 
 
 __all__ = [
-    "ConfigError",
-    "LoadedConfig",
-    "RouteSpec",
-    "Sourced",
-    "SourcedCommand",
-    "SourcedRule",
+    "BUILTIN_PREFIX",
+    "DEFAULT_PACKS",
     "builtin_names",
+    "builtin_text",
     "embedded_config",
+    "load_catalog",
     "load_config",
+    "validate_model",
 ]

@@ -7,17 +7,13 @@ that do not compile, placeholders with no capture to fill them, duplicate ids, r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import regex
 
 from gateway.config.errors import Problem
+from gateway.config.loaded import LoadedConfig, Sourced
 from gateway.config.models import RuleSpec
 from gateway.config.patterns import compile_regex, parse_status, placeholders
 from gateway.config.registry import command_problems
-
-if TYPE_CHECKING:
-    from gateway.config.loader import LoadedConfig, Sourced
 
 NON_IDEMPOTENT = frozenset({"POST", "PATCH"})
 BUILTIN_PLACEHOLDERS = frozenset({"status", "method", "path"})

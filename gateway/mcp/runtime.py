@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.classify import Classifier
-from gateway.config.loader import LoadedConfig
+from gateway.config.loaded import LoadedConfig
 from gateway.mcp.bridge import Bridges
 from gateway.mcp.jsonrpc import SessionTables
 from gateway.mcp.upgrade import Upgrader

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.classify import Classifier
-from gateway.config.loader import LoadedConfig
+from gateway.config.loaded import LoadedConfig
 from gateway.failure import Mode
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (

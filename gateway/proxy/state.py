@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.classify import Classifier
-from gateway.config.loader import LoadedConfig
+from gateway.config.loaded import LoadedConfig
 from gateway.proxy.client import UpstreamClient
 from gateway.proxy.routes import RouteTable
 from gateway.resolve.callers import CallerDirectory

@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from gateway.config.loader import LoadedConfig
+from gateway.config.loaded import LoadedConfig
 from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
 from gateway.observe import RESOLUTIONS, RESOLVER_LATENCY, GapReporter, ResolverOutcome
 from gateway.resolve.callers import Caller

@@ -15,7 +15,8 @@ from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation
 from gateway.classify.render_failure import _CONTROL, _SPACES, clean_text
-from gateway.config.loader import LoadedConfig, load_config
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
 from gateway.failure import TransportKind
 
 

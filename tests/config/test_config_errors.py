@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gateway.config.errors import ConfigError
-from gateway.config.loader import LoadedConfig, load_config
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
 
 CONFIG = "gateway.yaml"
 HEAD = "routes:\n  - name: api\n    upstream: http://127.0.0.1:9000\n"  # lines 1-3

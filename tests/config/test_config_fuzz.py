@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config.errors import ConfigError
-from gateway.config.loader import LoadedConfig, load_config
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
 from tests.support.paths import CORPUS
 
 CORPUS = CORPUS / "config"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gateway.config.errors import ConfigError
+from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import (
     BUILTIN_PREFIX,
     DEFAULT_PACKS,
-    LoadedConfig,
     builtin_names,
     builtin_text,
     embedded_config,

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.app import GatewayServer
-from gateway.config.loader import LoadedConfig, load_config
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
 
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "node_modules" / ".bin"

@@ -1,0 +1,65 @@
+"""What loading a config produces: `LoadedConfig` and the sourced items it holds.
+
+A module of its own so that the loader (which builds a `LoadedConfig`) and the whole-config
+checks in `validate` (which read one) both depend on it instead of on each other. Every rule,
+command and skill remembers the file, line and path it was written at, for error messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.config.models import (
+    CallersSpec,
+    CommandSpec,
+    GatewayConfig,
+    PolicySpec,
+    RuleSpec,
+    SkillSpec,
+)
+from gateway.config.yamlsrc import YamlDoc
+
+
+@dataclass(frozen=True, slots=True)
+class Sourced:
+    """Where a rule, command or skill was written: file, line and its path in that file."""
+
+    file: str
+    line: int | None
+    path: tuple[str | int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SourcedRule:
+    spec: RuleSpec
+    source: Sourced
+    is_default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SourcedCommand:
+    spec: CommandSpec
+    source: Sourced
+
+
+@dataclass(slots=True)
+class LoadedConfig:
+    """A fully validated config: what the classifier and the app are built from."""
+
+    config: GatewayConfig
+    source: str
+    rules: list[SourcedRule] = field(default_factory=list)
+    commands: dict[str, SourcedCommand] = field(default_factory=dict)
+    companions: list[str] | None = None
+    skills: list[SkillSpec] = field(default_factory=list)
+    policies: list[PolicySpec] = field(default_factory=list)
+    skill_sources: dict[str, Sourced] = field(default_factory=dict)
+    policy_sources: list[Sourced] = field(default_factory=list)
+    callers: CallersSpec | None = None
+    files: list[str] = field(default_factory=list)
+    docs: dict[str, YamlDoc] = field(default_factory=dict)
+
+    def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
+        """The line of a field inside a sourced item, for error messages."""
+        doc = self.docs.get(source.file)
+        return doc.line_of((*source.path, *subpath)) if doc is not None else source.line
