@@ -1,18 +1,29 @@
-# Two commands on a fresh machine: `make run` and `make test`. Each sets itself up.
+# Two commands on a fresh machine: `make run` and `make test`. Each sets itself up (so does
+# `make docs`).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run test test-slow soak lint typecheck check-all clean mcp-servers
+.PHONY: run test test-slow soak lint typecheck check-all clean mcp-servers docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# The docs site (mkdocs.yml): strict, so a broken link, a missing anchor or a page left out of
+# the nav fails the build. The output goes to site/ (git-ignored).
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 run: $(STAMP)
 	@$(BIN)/python examples/run_demo.py --demo-listen $(DEMO_LISTEN) --listen $(LISTEN)
@@ -66,4 +77,4 @@ bench-smoke: $(STAMP)
 	$(BIN)/python -m bench.run --smoke
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
