@@ -1,11 +1,11 @@
-"""The admin listener: /metrics, /healthz, /readyz and /gaps, on its own (loopback) port.
+"""The admin listener: /metrics, /healthz, /readyz, /gaps and /followups, on its own port.
 
 Kept off the data-path port so probes and scrapes never compete with, or get routed like,
 client traffic, and so it can stay loopback-only while the gateway port is public.
 
 One gateway process serves it from its own state. Under `serve --workers N` the supervisor
 serves it instead (gateway.workers), from sources that span every worker: the same app, given
-the metrics body, the gaps and the worker list as functions.
+the metrics body, the gaps, the follow-up tables and the worker list as functions.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
+from gateway.followups import FollowupBook
 from gateway.observe import METRICS_CONTENT_TYPE, exposition
 from gateway.signatures import Signature, SignatureBook
 
@@ -22,10 +23,14 @@ ReadyCheck = Callable[[], bool]
 Ranked = Sequence[tuple[Signature, int]]
 GapsSource = Callable[[int], Awaitable[Ranked]]
 Details = Callable[[], dict[str, object]]
+FollowupTable = tuple[float, list[dict[str, object]]]
+"""The window in seconds and the ranked rows (gateway.followups.rank)."""
+FollowupsSource = Callable[[], Awaitable[FollowupTable]]
 READY_CHECK: web.AppKey[ReadyCheck] = web.AppKey("mendpoint_ready_check")
 GAPS: web.AppKey[GapsSource] = web.AppKey("mendpoint_gaps")
 METRICS: web.AppKey[Callable[[], bytes]] = web.AppKey("mendpoint_metrics")
 DETAILS: web.AppKey[Details | None] = web.AppKey("mendpoint_details")
+FOLLOWUPS: web.AppKey[FollowupsSource | None] = web.AppKey("mendpoint_followup_tables")
 MAX_GAPS = 200
 
 
@@ -35,6 +40,7 @@ def build_admin_app(
     *,
     metrics: Callable[[], bytes] = exposition,
     details: Details | None = None,
+    followups: FollowupBook | FollowupsSource | None = None,
 ) -> web.Application:
     """`signatures` is this process's book, or a function ranking gaps from elsewhere;
     `details` adds fields (the supervisor's worker list) to the /readyz answer."""
@@ -43,11 +49,22 @@ def build_admin_app(
     app[GAPS] = _local(signatures) if isinstance(signatures, SignatureBook) else signatures
     app[METRICS] = metrics
     app[DETAILS] = details
+    app[FOLLOWUPS] = (
+        _local_followups(followups) if isinstance(followups, FollowupBook) else followups
+    )
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/gaps", _gaps)
+    app.router.add_get("/followups", _followups)
     return app
+
+
+def _local_followups(book: FollowupBook) -> FollowupsSource:
+    async def table() -> FollowupTable:
+        return book.settings.window_s, book.table()
+
+    return table
 
 
 def _local(book: SignatureBook) -> GapsSource:
@@ -89,5 +106,17 @@ async def _gaps(request: web.Request) -> web.Response:
     ]
     return web.Response(
         body=json.dumps({"signatures": payload}, ensure_ascii=False).encode(),
+        content_type="application/json",
+    )
+
+
+async def _followups(request: web.Request) -> web.Response:
+    """What callers did after each code's failures (docs/operations.md, "Follow-ups")."""
+    source = request.app[FOLLOWUPS]
+    if source is None:
+        return web.json_response({"error": "follow-up tracking is not available here"}, status=404)
+    window_s, rows = await source()
+    return web.Response(
+        body=json.dumps({"window_s": window_s, "codes": rows}, ensure_ascii=False).encode(),
         content_type="application/json",
     )

@@ -8,7 +8,9 @@ concurrent client connections by answering the excess with a 503 before parsing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +23,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.config.models import parse_host_port
+from gateway.followups import FollowupBook
 from gateway.handler import handle
 from gateway.logs import set_access_log
 from gateway.mcp import runtime as mcp_runtime
@@ -28,6 +31,7 @@ from gateway.observe import READY, RELOADS
 from gateway.proxy.client import UpstreamClient
 from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
 from gateway.proxy.state import SIGNATURES, STATE, UPSTREAM, GatewayState, StateHolder
+from gateway.proxy.tracking import FOLLOWUP_BOOK
 from gateway.reload import ConfigWatcher
 from gateway.runtime import settle
 from gateway.signatures import SignatureBook
@@ -53,10 +57,16 @@ def require_c_parser() -> None:
         )
 
 
-def build_app(loaded: LoadedConfig, signatures: SignatureBook | None = None) -> web.Application:
+def build_app(
+    loaded: LoadedConfig,
+    signatures: SignatureBook | None = None,
+    followups: FollowupBook | None = None,
+) -> web.Application:
     app = web.Application()
     app[STATE] = StateHolder(GatewayState.build(loaded))
     app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
+    app[FOLLOWUP_BOOK] = followups or FollowupBook(loaded.config.followups, origin=os.getpid())
+    app.cleanup_ctx.append(_sweep_followups)
     mcp_runtime.install(app, loaded)
     app.cleanup_ctx.append(_upstream_client)
     app.on_cleanup.append(_close_resolver)
@@ -70,6 +80,22 @@ async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
     app[UPSTREAM] = client
     yield
     await client.close()
+
+
+async def _sweep_followups(app: web.Application) -> AsyncIterator[None]:
+    """Settle failures nobody followed up as `abandoned`, a few times per window."""
+    book = app[FOLLOWUP_BOOK]
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(min(1.0, book.settings.window_s / 4))
+            book.sweep()
+
+    task = asyncio.get_running_loop().create_task(sweep())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _close_resolver(app: web.Application) -> None:
@@ -95,7 +121,8 @@ class GatewayServer:
         require_c_parser()
         self.config_path = config_path
         self.signatures = SignatureBook()
-        self.app = build_app(loaded, self.signatures)
+        self.followups = FollowupBook(loaded.config.followups, origin=os.getpid())
+        self.app = build_app(loaded, self.signatures, self.followups)
         limits = loaded.config.limits
         self.runner = web.AppRunner(
             self.app,
@@ -151,7 +178,8 @@ class GatewayServer:
 
     async def _start_admin(self, admin: str) -> tuple[str, int]:
         self.admin_runner = web.AppRunner(
-            build_admin_app(lambda: self.ready, self.signatures), access_log=None
+            build_admin_app(lambda: self.ready, self.signatures, followups=self.followups),
+            access_log=None,
         )
         await self.admin_runner.setup()
         host, port = parse_host_port(admin)
@@ -188,6 +216,7 @@ class GatewayServer:
             if getattr(old.loaded.config, key) != getattr(state.loaded.config, key):
                 log.warning("config reload: %r changed; it takes effect on restart", key)
         holder.current = state
+        self.followups.configure(state.loaded.config.followups)
         set_access_log(state.loaded.config.log.access)
         RELOADS.labels(result="success").inc()
         log.info("config reloaded from %s (%d rules)", self.config_path, len(state.loaded.rules))

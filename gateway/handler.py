@@ -17,6 +17,7 @@ from gateway.observe import IN_FLIGHT, count_request
 from gateway.proxy.context import RequestContext, request_id_of
 from gateway.proxy.forward import forward, plain, request_target
 from gateway.proxy.state import STATE, GatewayState
+from gateway.proxy.tracking import FOLLOWUP_BOOK, Watch
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
 
@@ -55,4 +56,10 @@ async def dispatch(
     ctx = RequestContext(request, state, route, record)
     if route.spec.type == "mcp":
         return await handle_mcp(request, ctx, target)
-    return await forward(request, ctx, target)
+    book = request.app[FOLLOWUP_BOOK]
+    if not book.enabled:
+        return await forward(request, ctx, target)
+    watch = Watch.begin(book, ctx, target)
+    response = await forward(request, ctx, target)
+    watch.end(response.status)
+    return response

@@ -93,6 +93,12 @@ class AccessRecord:
     rule: str | None = None
     mode: str | None = None
     fallback: str | None = None
+    retryable: bool | None = None
+    retry_after_ms: int | None = None
+    follows: str | None = None
+    """The request id of the failure this request follows up (gateway.followups)."""
+    followup: str | None = None
+    """That failure's outcome, settled by this request."""
 
     def emit(self) -> None:
         if not ACCESS.isEnabledFor(logging.INFO):
@@ -110,5 +116,7 @@ class AccessRecord:
             "rule": self.rule,
             "mode": self.mode,
             "fallback": self.fallback,
+            "follows": self.follows,
+            "followup": self.followup,
         }
         ACCESS.info("request", extra={"fields": fields})

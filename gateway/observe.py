@@ -104,6 +104,25 @@ UNMATCHED = Counter(
     ["route", "status_class"],
     registry=REGISTRY,
 )
+FOLLOWUPS = Counter(
+    "mendpoint_followups_total",
+    "Failures by what the caller did next (gateway.followups.Outcome)",
+    ["route", "code", "outcome"],
+    registry=REGISTRY,
+)
+RECOVERY_SECONDS = Histogram(
+    "mendpoint_recovery_seconds",
+    "Time from a failure to the caller's first success on the same route, method and target",
+    ["route", "code"],
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600),
+    registry=REGISTRY,
+)
+FOLLOWUPS_EVICTED = Counter(
+    "mendpoint_followups_evicted_total",
+    "Open failures dropped unsettled because followups.max_tracked was reached",
+    ["route"],
+    registry=REGISTRY,
+)
 RESOLVER_LATENCY = Histogram(
     "mendpoint_resolver_latency_seconds",
     "Time spent resolving recovery options",

@@ -31,6 +31,7 @@ LAYERS = {
     "gateway.logs": 0,
     "gateway.runtime": 0,
     "gateway.signatures": 0,
+    "gateway.followups": 2,
     "gateway.config": 1,
     "gateway.reload": 1,
     "gateway.classify": 2,

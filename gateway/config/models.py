@@ -350,6 +350,14 @@ class McpSpec(Strict):
     max_message_bytes: int = Field(default=16 << 20, ge=1024, le=1 << 30)
 
 
+class FollowupsSpec(Strict):
+    """What callers do after a failure, measured per route and code (docs/operations.md)."""
+
+    enabled: bool = True
+    window_s: float = Field(default=300, gt=0, le=86_400)
+    max_tracked: int = Field(default=100_000, ge=1, le=10_000_000)
+
+
 class HeadersSpec(Strict):
     prefix: str = Field(default="X-Error-", pattern=r"^[A-Za-z0-9\-]+$")
 
@@ -373,6 +381,7 @@ class GatewayConfig(Strict):
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     headers: HeadersSpec = Field(default_factory=HeadersSpec)
     mcp: McpSpec = Field(default_factory=McpSpec)
+    followups: FollowupsSpec = Field(default_factory=FollowupsSpec)
     log: LogSpec = Field(default_factory=LogSpec)
     shutdown: ShutdownSpec = Field(default_factory=ShutdownSpec)
     message_paths: list[str] = Field(

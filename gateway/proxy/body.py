@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from aiohttp import StreamReader
 
@@ -29,11 +30,13 @@ class RequestBody:
         max_bytes: int,
         stall_timeout_s: float,
         on_end: Callable[[], None] | None = None,
+        digest: Any = None,
     ) -> None:
         self._stream = stream
         self._max_bytes = max_bytes
         self._stall_timeout_s = stall_timeout_s
         self._on_end = on_end
+        self._digest = digest  # a hashlib object fed every chunk (follow-up tracking)
         self.failure: BodyTooLarge | BodyStalled | None = None
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -49,6 +52,8 @@ class RequestBody:
                 if self._on_end is not None:
                     self._on_end()
                 return
+            if self._digest is not None:
+                self._digest.update(chunk)
             total += len(chunk)
             if total > self._max_bytes:
                 self.failure = BodyTooLarge()

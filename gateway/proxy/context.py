@@ -11,6 +11,7 @@ import itertools
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -41,6 +42,8 @@ class RequestContext:
     route: Route
     record: AccessRecord
     deadline: ResponseDeadline | None = None
+    body_hasher: Any = None
+    """A running digest of the request body, while follow-up tracking is on."""
 
     @property
     def request_id(self) -> str:

@@ -183,6 +183,7 @@ def _count(
     route = ctx.route.spec.name
     record = ctx.record
     record.failure_code, record.rule, record.mode = failure.code, rule.id, mode.value
+    record.retryable, record.retry_after_ms = failure.retryable, failure.retry_after_ms
     FAILURES.labels(
         route=route,
         category=failure.category.value,

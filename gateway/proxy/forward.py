@@ -48,6 +48,7 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
             limits.max_request_body_bytes,
             limits.request_body_timeout_s,
             on_end=deadline.start,
+            digest=ctx.body_hasher,
         )
     else:
         deadline.start()

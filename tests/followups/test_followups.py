@@ -1,0 +1,265 @@
+"""Follow-ups: scripted agents through a real gateway, and the exact outcome counts."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from gateway.config.models import FollowupsSpec
+from gateway.followups import (
+    Answered,
+    Attempt,
+    FollowupBook,
+    OpenFailure,
+    Outcome,
+    decide,
+    merge,
+    reading,
+)
+from gateway.observe import REGISTRY
+from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
+from tests.support.gateway import (
+    RunningGateway,
+    StartGateway,
+    StartUpstream,
+    route_config,
+    write_config,
+)
+
+WINDOW_S = 2.0
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def followups(gateway: RunningGateway) -> dict[str, Any]:
+    assert gateway.server.admin_address is not None
+    host, port = gateway.server.admin_address
+    async with gateway.session.get(f"http://{host}:{port}/followups") as response:
+        assert response.status == 200
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+async def settled_table(gateway: RunningGateway) -> dict[str, Any]:
+    """The table once every failure has had its window to be followed up."""
+    await asyncio.sleep(WINDOW_S + 0.6)
+    return await followups(gateway)
+
+
+async def test_scripted_agents_get_exactly_one_outcome_per_failure(
+    start_gateway: StartGateway, start_upstream: StartUpstream
+) -> None:
+    upstream = await start_upstream(orders_app())
+    config = route_config(upstream, name="orders") | {"followups": {"window_s": WINDOW_S}}
+    gateway = await start_gateway(config, admin="127.0.0.1:0")
+    before = {
+        (code, outcome): metric(
+            "mendpoint_followups_total", route="orders", code=code, outcome=outcome
+        )
+        for code, row in EXPECTED.items()
+        for outcome in row
+        if outcome != "failures"
+    }
+    await run_all(gateway.url)
+    table = await settled_table(gateway)
+    assert table["window_s"] == WINDOW_S
+    assert counts_by_code(table["codes"]) == EXPECTED
+    for (code, outcome), value in before.items():
+        after = metric("mendpoint_followups_total", route="orders", code=code, outcome=outcome)
+        assert after - value == EXPECTED[code][outcome], (code, outcome)
+    # Wasted attempts first: BAD_REQUEST has 3, RATE_LIMITED 1, CONFLICT none.
+    assert [row["code"] for row in table["codes"]] == ["BAD_REQUEST", "RATE_LIMITED", "CONFLICT"]
+    bad = table["codes"][0]
+    assert bad["rule"] == "http-400"
+    assert bad["recovery_p50_ms"] is not None and bad["recovery_p50_ms"] > 0
+    assert table["codes"][2]["recovery_p50_ms"] is None
+
+
+async def test_the_follow_up_access_line_names_the_failure_and_outcome(
+    start_gateway: StartGateway,
+    start_upstream: StartUpstream,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    upstream = await start_upstream(orders_app())
+    gateway = await start_gateway(route_config(upstream, name="orders"))
+    first = await gateway.request("POST", "/orders", json={"qty": -1})
+    failed_id = first.headers["X-Request-Id"]
+    with caplog.at_level("INFO", logger="mendpoint.access"):
+        second = await gateway.request("POST", "/orders", json={"qty": 2})
+    assert second.status == 201
+    lines = [r.__dict__["fields"] for r in caplog.records if r.name == "mendpoint.access"]
+    assert lines[-1]["follows"] == failed_id
+    assert lines[-1]["followup"] == "recovered"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        ({"Authorization": "Bearer old"}, {"Authorization": "Bearer new"}, "recovered"),
+        (
+            {"X-Request-Id": "one-id", "X-Refuse": "1"},
+            {"X-Request-Id": "another-id", "X-Refuse": "1"},
+            "retried_unchanged",
+        ),
+        ({"Cookie": "s=1"}, {"Cookie": "s=2"}, "recovered"),
+    ],
+    ids=["refreshed-token-differs", "new-request-id-is-identical", "cookie-differs"],
+)
+async def test_credentials_make_a_request_different_other_headers_do_not(
+    start_gateway: StartGateway,
+    start_upstream: StartUpstream,
+    first: dict[str, str],
+    second: dict[str, str],
+    expected: str,
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        headers = request.headers
+        refused = (
+            headers.get("Authorization") == "Bearer old"
+            or headers.get("Cookie") == "s=1"
+            or "X-Refuse" in headers
+        )
+        if refused:
+            return web.json_response({"message": "no"}, status=400)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/thing", handler)
+    upstream = await start_upstream(app)
+    gateway = await start_gateway(route_config(upstream, name="creds"))
+    code = "BAD_REQUEST"
+    before = metric("mendpoint_followups_total", route="creds", code=code, outcome=expected)
+    await gateway.request("GET", "/thing", headers=first)
+    await gateway.request("GET", "/thing", headers=second)
+    after = metric("mendpoint_followups_total", route="creds", code=code, outcome=expected)
+    assert after - before == 1
+
+
+async def test_another_target_or_method_is_not_a_follow_up(
+    start_gateway: StartGateway, start_upstream: StartUpstream
+) -> None:
+    upstream = await start_upstream(orders_app())
+    config = route_config(upstream, name="other") | {"followups": {"window_s": 0.4}}
+    gateway = await start_gateway(config, admin="127.0.0.1:0")
+    await gateway.request("POST", "/orders", json={"qty": -1})
+    await gateway.request("POST", "/orders?x=1", json={"qty": 2})  # another target
+    await gateway.request("GET", "/orders")  # another method (405, not classified)
+    await asyncio.sleep(1.2)
+    table = await followups(gateway)
+    row = counts_by_code(table["codes"])["BAD_REQUEST"]
+    assert row["failures"] == 1 and row["abandoned"] == 1
+
+
+async def test_off_tracks_nothing_and_a_reload_turns_it_on(
+    start_gateway: StartGateway, start_upstream: StartUpstream
+) -> None:
+    upstream = await start_upstream(orders_app())
+    config = route_config(upstream, name="toggle") | {"followups": {"enabled": False}}
+    gateway = await start_gateway(config, admin="127.0.0.1:0")
+    await gateway.request("POST", "/orders", json={"qty": -1})
+    await gateway.request("POST", "/orders", json={"qty": 1})
+    assert (await followups(gateway))["codes"] == []
+    assert gateway.server.config_path is not None
+    config["followups"] = {"enabled": True, "window_s": 5}
+    written = Path(gateway.server.config_path)
+    write_config(written.parent, config, written.name)
+    assert await gateway.server.reload()
+    await gateway.request("POST", "/orders", json={"qty": -1})
+    await gateway.request("POST", "/orders", json={"qty": 1})
+    rows = counts_by_code((await followups(gateway))["codes"])
+    assert rows["BAD_REQUEST"]["failures"] == 1 and rows["BAD_REQUEST"]["recovered"] == 1
+
+
+def entry(**fields: Any) -> OpenFailure:
+    base: dict[str, Any] = {
+        "key": "k",
+        "identity": "i",
+        "request_id": "r",
+        "route": "api",
+        "code": "RATE_LIMITED",
+        "rule": "http-429",
+        "retryable": True,
+        "retry_after_ms": 1000,
+        "answered_at": 10.0,
+        "chain_started": 10.0,
+        "origin": 1,
+    }
+    return OpenFailure(**(base | fields))
+
+
+@pytest.mark.parametrize(
+    ("failure", "identical", "started", "answered", "outcome"),
+    [
+        (entry(retryable=False), True, 20.0, Answered(400, "X"), Outcome.RETRIED_UNCHANGED),
+        (entry(), True, 10.5, Answered(429, "RATE_LIMITED"), Outcome.RETRIED_TOO_EARLY),
+        (entry(), True, 11.5, Answered(429, "RATE_LIMITED"), Outcome.RETRIED_AS_ADVISED),
+        (entry(), True, 10.1, Answered(200), Outcome.RETRIED_AS_ADVISED),
+        (entry(retry_after_ms=None), True, 10.0, Answered(503, "X"), Outcome.RETRIED_AS_ADVISED),
+        (entry(), False, 10.1, Answered(200), Outcome.RECOVERED),
+        (entry(), False, 12.0, Answered(429, "RATE_LIMITED"), Outcome.FAILED_AGAIN_SAME_CODE),
+        (entry(), False, 12.0, Answered(400, "BAD_REQUEST"), Outcome.FAILED_DIFFERENTLY),
+        (entry(), False, 12.0, Answered(404), Outcome.FAILED_DIFFERENTLY),
+    ],
+    ids=[
+        "unchanged-not-retryable",
+        "too-early",
+        "after-the-delay",
+        "identical-success-after-retryable",
+        "retryable-without-delay",
+        "different-success",
+        "same-code",
+        "other-code",
+        "unclassified-failure",
+    ],
+)
+def test_the_outcome_table(
+    failure: OpenFailure, identical: bool, started: float, answered: Answered, outcome: Outcome
+) -> None:
+    assert decide(failure, identical, started, answered) is outcome
+
+
+def test_the_book_is_bounded_and_evicts_the_least_recent() -> None:
+    now = [0.0]
+    book = FollowupBook(FollowupsSpec(max_tracked=2), clock=lambda: now[0])
+    for n in range(3):
+        attempt = Attempt(f"k{n}", f"i{n}", "bounded", started=0.0)
+        book.settle(attempt, Answered(400, "BAD", "r", False, None), f"req{n}", None)
+    assert book.pending("k0") is None
+    assert book.pending("k1") is not None and book.pending("k2") is not None
+    assert metric("mendpoint_followups_evicted_total", route="bounded") >= 1
+    now[0] = 1000.0
+    assert book.sweep() == 2
+    assert not book.watching("bounded")
+
+
+def test_a_replica_is_settled_elsewhere_and_not_counted_twice() -> None:
+    """Two workers' books joined as the supervisor joins them: open in one, settle in the other."""
+    now = [0.0]
+    one = FollowupBook(FollowupsSpec(), clock=lambda: now[0], origin=1)
+    two = FollowupBook(FollowupsSpec(), clock=lambda: now[0], origin=2)
+    one.publish, two.publish = two.apply, one.apply
+    attempt = Attempt("k", "i", "replica", started=0.0)
+    one.settle(attempt, Answered(400, "BAD", "r", False, None), "first", None)
+    followed = two.pending("k")
+    assert followed is not None and followed.request_id == "first"
+    settled = two.settle(Attempt("k", "j", "replica", 0.5), Answered(200), "second", followed)
+    assert settled is not None and settled.outcome is Outcome.RECOVERED
+    assert one.pending("k") is None  # the settlement reached the origin
+    now[0] = 10_000.0
+    assert one.sweep() == 0 and two.sweep() == 0
+    rows = counts_by_code(merge([one.rows(), two.rows()]))
+    assert rows["BAD"]["failures"] == 1 and rows["BAD"]["recovered"] == 1
+    assert rows["BAD"]["abandoned"] == 0
+
+
+def test_readings_name_the_largest_problem() -> None:
+    row = {"code": "CSV_MALFORMED", "failures": 100, "retried_unchanged": 72}
+    assert reading(row).startswith("72 % of callers retried CSV_MALFORMED unchanged")
+    assert "before retry_after_ms" in reading({"code": "X", "failures": 4, "retried_too_early": 1})
+    assert "gave up" in reading({"code": "X", "failures": 2, "abandoned": 2})
