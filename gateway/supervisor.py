@@ -37,12 +37,14 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
 from gateway import runtime
-from gateway.admin import Ranked, build_admin_app
+from gateway.admin import FollowupTable, Ranked, build_admin_app
 from gateway.config.models import ShutdownSpec, parse_host_port
+from gateway.followups import merge
 from gateway.observe import (
     MULTIPROC_DIR_ENV,
     SupervisorMetrics,
@@ -58,7 +60,7 @@ BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 STABLE_S = 10.0  # a worker that ran this long before exiting starts a fresh back-off
 STARTUP_TIMEOUT_S = 60.0
-GAPS_TIMEOUT_S = 2.0
+ASK_TIMEOUT_S = 2.0
 KILL_MARGIN_S = 10.0  # past drain delay + grace, a worker that has not exited is killed
 
 
@@ -192,6 +194,7 @@ class Supervisor:
             self.gaps,
             metrics=worker_exposition(metrics_path, lambda: self.ready, self.metrics),
             details=self.details,
+            followups=self.followups,
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -204,7 +207,7 @@ class Supervisor:
         bound = runner.addresses[0]
         self.admin_address = (str(bound[0]), int(bound[1]))
         log.info(
-            "admin listening on http://%s (/metrics /healthz /readyz /gaps), for %d workers",
+            "admin listening on http://%s (/metrics /readyz /gaps /followups …), for %d workers",
             format_host_port(*self.admin_address),
             self.count,
         )
@@ -314,10 +317,19 @@ class Supervisor:
                     continue
                 if "ready" in message:
                     self._on_ready(worker, message["ready"] is True)
+                if "followup" in message:
+                    self._share_followup(worker, message["followup"])
                 ask_id = message.get("id")
                 ask = worker.asks.pop(ask_id, None) if isinstance(ask_id, int) else None
                 if ask is not None and not ask.done():
-                    ask.set_result(message.get("gaps"))
+                    ask.set_result(message)
+
+    def _share_followup(self, origin: Worker, event: object) -> None:
+        """An open or settled failure in one worker, replicated to the others
+        (gateway.followups), so a follow-up is matched whichever worker receives it."""
+        for worker in self._workers.values():
+            if worker is not origin:
+                worker.send({"followup": event})
 
     def _on_ready(self, worker: Worker, ready: bool) -> None:
         first = not worker.attached
@@ -399,10 +411,11 @@ class Supervisor:
 
     async def gaps(self, limit: int) -> Ranked:
         """Every worker's table, counts summed per signature; a worker that does not answer
-        within `GAPS_TIMEOUT_S` is left out (and logged)."""
-        tables = await asyncio.gather(
-            *(self._ask_gaps(w) for w in self._workers.values() if w.attached)
+        within `ASK_TIMEOUT_S` is left out (and logged)."""
+        answers = await asyncio.gather(
+            *(self._ask(w, "gaps") for w in self._workers.values() if w.attached)
         )
+        tables = [a["gaps"] for a in answers if isinstance(a.get("gaps"), list)]
         totals: dict[Signature, int] = {}
         for rows in tables:
             for row in rows:
@@ -419,19 +432,33 @@ class Supervisor:
         )
         return ranked[:limit]
 
-    async def _ask_gaps(self, worker: Worker) -> list[object]:
+    async def followups(self) -> FollowupTable:
+        """Every worker's follow-up rows, summed per route and code (gateway.followups)."""
+        answers = await asyncio.gather(
+            *(self._ask(w, "followups") for w in self._workers.values() if w.attached)
+        )
+        window_s, tables = 0.0, []
+        for answer in answers:
+            table = answer.get("followups")
+            if isinstance(table, dict) and isinstance(table.get("rows"), list):
+                window_s = max(window_s, float(table.get("window_s", 0)))
+                tables.append([r for r in table["rows"] if isinstance(r, dict)])
+        return window_s, merge(tables)
+
+    async def _ask(self, worker: Worker, op: str) -> dict[str, Any]:
+        """One question to one worker; its answer, or {} when it gives none in time."""
         ask_id = next(self._ids)
         answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         worker.asks[ask_id] = answer
-        worker.send({"id": ask_id, "op": "gaps"})
+        worker.send({"id": ask_id, "op": op})
         try:
-            rows = await asyncio.wait_for(answer, GAPS_TIMEOUT_S)
+            message = await asyncio.wait_for(answer, ASK_TIMEOUT_S)
         except TimeoutError:
-            log.warning("worker %d gave no gaps within %.0f s", worker.index, GAPS_TIMEOUT_S)
-            return []
+            log.warning("worker %d gave no %s within %.0f s", worker.index, op, ASK_TIMEOUT_S)
+            return {}
         finally:
             worker.asks.pop(ask_id, None)
-        return rows if isinstance(rows, list) else []
+        return message if isinstance(message, dict) else {}
 
 
 def supervise(

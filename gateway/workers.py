@@ -7,7 +7,10 @@
 
       worker -> supervisor   {"ready": true|false}          on attach and on every change
                              {"id": N, "gaps": [[route, status, text, count], ...]}
-      supervisor -> worker   {"id": N, "op": "gaps"}
+                             {"id": N, "followups": {"window_s": W, "rows": [...]}}
+                             {"followup": {"op": "open"|"close", ...}}   (gateway.followups)
+      supervisor -> worker   {"id": N, "op": "gaps"|"followups"}
+                             {"followup": ...}   another worker's, passed on to every other one
 
   End-of-file on the link tells a worker that its supervisor is gone, however it died: the
   worker stops at once (no drain delay; requests in flight still get `shutdown.grace_s`), so
@@ -34,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.admin import MAX_GAPS
 from gateway.app import GatewayServer
@@ -118,10 +121,14 @@ class WorkerLink:
         reader, self._writer = await asyncio.open_connection(sock=sock, limit=LINK_LIMIT)
         server.on_ready.append(self._report)
         self._report(server.ready)
+        server.followups.publish = self._publish_followup
         self._task = asyncio.get_running_loop().create_task(self._serve(reader, server, stop_now))
 
     def _report(self, ready: bool) -> None:
         self._send({"ready": ready})
+
+    def _publish_followup(self, event: dict[str, object]) -> None:
+        self._send({"followup": event})
 
     def _send(self, message: dict[str, object]) -> None:
         if self._writer is not None and not self._writer.is_closing():
@@ -134,12 +141,23 @@ class WorkerLink:
             while line := await reader.readline():
                 with contextlib.suppress(ValueError):
                     message = json.loads(line)
-                    if isinstance(message, dict) and message.get("op") == "gaps":
-                        top = server.signatures.top(MAX_GAPS)
-                        rows = [[s.route, s.status, s.text, count] for s, count in top]
-                        self._send({"id": message.get("id"), "gaps": rows})
+                    if isinstance(message, dict):
+                        self._answer(message, server)
         log.warning("the supervisor is gone; stopping (pid %d)", os.getpid())
         stop_now()
+
+    def _answer(self, message: dict[str, Any], server: GatewayServer) -> None:
+        if isinstance(message.get("followup"), dict):
+            server.followups.apply(message["followup"])
+        elif message.get("op") == "gaps":
+            top = server.signatures.top(MAX_GAPS)
+            rows = [[s.route, s.status, s.text, count] for s, count in top]
+            self._send({"id": message.get("id"), "gaps": rows})
+        elif message.get("op") == "followups":
+            book = server.followups
+            book.sweep()
+            table = {"window_s": book.settings.window_s, "rows": book.rows()}
+            self._send({"id": message.get("id"), "followups": table})
 
     async def close(self) -> None:
         if self._task is not None:

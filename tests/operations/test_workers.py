@@ -33,6 +33,7 @@ from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from gateway import supervisor, workers
 from gateway.cli import main
 from gateway.observe import retire_worker
+from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
 from tests.support.gateway import StartUpstream, free_port
 from tests.support.paths import REPO
 
@@ -294,6 +295,42 @@ async def test_workers_share_the_port_and_metrics_add_up(
             "count": 30,
         }
     ]
+
+
+async def test_follow_ups_are_matched_whichever_worker_receives_them(
+    start_upstream: StartUpstream, start_workers: Callable[..., Awaitable[Gateway]]
+) -> None:
+    """The scripted agents of tests/followups through two workers: the same exact counts."""
+    seen: list[int] = []
+    pids: list[int] = []
+
+    def note(request: web.Request) -> None:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        sock = request.transport.get_extra_info("sockname") if request.transport else None
+        owner = owner_of_port(int(peer[1]), int(sock[1]), pids) if peer and sock else None
+        if owner is not None:
+            seen.append(owner)
+
+    upstream = await start_upstream(orders_app(note))
+    data = config(upstream, free_port(), free_port(), followups={"window_s": 2.0})
+    gateway = await start_workers(data, "--workers", "2")
+    pids.extend(worker_pids(await wait_ready(gateway)))
+    await run_all(gateway.base)
+    await asyncio.sleep(2.6)  # every failure's window has passed: the rest are abandoned
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(gateway.admin + "/followups") as response,
+    ):
+        table = await response.json()
+    assert set(seen) == set(pids), f"one worker served every request: {seen}"
+    assert table["window_s"] == 2.0
+    assert counts_by_code(table["codes"]) == EXPECTED
+    text = await scrape(gateway)
+    for code, row in EXPECTED.items():
+        for outcome, count in row.items():
+            if outcome != "failures":
+                found = sample(text, "mendpoint_followups_total", code=code, outcome=outcome)
+                assert found == count, (code, outcome)
 
 
 # --- signals ---------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 THINK_S = 0.02
 """An agent's pause between answer and next request (real agents think far longer)."""
@@ -20,10 +21,17 @@ THINK_S = 0.02
 Send = Callable[[str, str, dict[str, Any] | None], Awaitable[tuple[int, dict[str, Any]]]]
 
 
-def orders_app() -> web.Application:
+def orders_app(on_request: Callable[[web.Request], None] | None = None) -> web.Application:
     """POST /orders wants a positive `qty` (400), 999 is taken (409); GET /quota allows one
-    call per User-Agent per second (429 with Retry-After: 1 until then)."""
+    call per User-Agent per second (429 with Retry-After: 1 until then). `on_request` sees
+    every request first (to note which gateway worker sent it)."""
     blocked_until: dict[str, float] = {}
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if on_request is not None:
+            on_request(request)
+        return await handler(request)
 
     async def orders(request: web.Request) -> web.Response:
         payload = await request.json()
@@ -46,7 +54,7 @@ def orders_app() -> web.Application:
             )
         return web.json_response({"remaining": 9})
 
-    app = web.Application()
+    app = web.Application(middlewares=[observe])
     app.router.add_post("/orders", orders)
     app.router.add_get("/quota", quota)
     return app
