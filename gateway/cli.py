@@ -14,6 +14,7 @@ import os
 import sys
 import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -27,6 +28,7 @@ from gateway.config.models import parse_host_port
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
+from gateway.followups import Outcome, reading
 from gateway.logs import setup_logging
 from gateway.mcp.stdio import run_stdio
 from gateway.resolve.callers import ANONYMOUS, CallerDirectory
@@ -84,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     gaps.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
     gaps.add_argument("--limit", type=int, default=20)
     gaps.set_defaults(run=_gaps)
+    followups = sub.add_parser(
+        "followups", help="print what callers did after each code's failures (docs/operations.md)"
+    )
+    followups.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
+    followups.set_defaults(run=_followups)
 
     check = sub.add_parser("check", help="validate a config and every rule pack it includes")
     check.add_argument("--config", required=True)
@@ -224,14 +231,22 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _gaps(args: argparse.Namespace) -> int:
-    base = args.admin if "://" in args.admin else f"http://{args.admin}"
-    url = f"{base.rstrip('/')}/gaps?limit={max(1, args.limit)}"
+def _admin_json(command: str, admin: str, path: str) -> dict[str, Any] | None:
+    """GET an admin endpoint; None (and a line on stderr) when it cannot be read."""
+    base = admin if "://" in admin else f"http://{admin}"
+    url = f"{base.rstrip('/')}{path}"
     try:
         with urllib.request.urlopen(url, timeout=10) as answer:
             payload = json.loads(answer.read())
     except (OSError, ValueError) as exc:
-        print(f"mendpoint gaps: cannot read {url}: {exc}", file=sys.stderr)
+        print(f"mendpoint {command}: cannot read {url}: {exc}", file=sys.stderr)
+        return None
+    return payload if isinstance(payload, dict) else {}
+
+
+def _gaps(args: argparse.Namespace) -> int:
+    payload = _admin_json("gaps", args.admin, f"/gaps?limit={max(1, args.limit)}")
+    if payload is None:
         return EXIT_INVALID
     rows = payload.get("signatures", [])
     if not rows:
@@ -240,6 +255,27 @@ def _gaps(args: argparse.Namespace) -> int:
     print(f"{'count':>7}  {'route':<12} {'status':<22} signature")
     for row in rows:
         print(f"{row['count']:>7}  {row['route']:<12} {row['status']:<22} {row['signature']}")
+    return EXIT_OK
+
+
+def _followups(args: argparse.Namespace) -> int:
+    payload = _admin_json("followups", args.admin, "/followups")
+    if payload is None:
+        return EXIT_INVALID
+    rows = payload.get("codes", [])
+    if not rows:
+        print("no failures followed up yet (or follow-up tracking is off)")
+        return EXIT_OK
+    print(f"window {payload.get('window_s')} s; wasted attempts first")
+    columns = [o.value for o in Outcome]
+    short = [c.replace("retried_", "r_").replace("failed_", "f_") for c in columns]
+    print(f"{'route':<12} {'code':<24} {'failures':>8} " + " ".join(f"{c:>12}" for c in short))
+    for row in rows:
+        counts = " ".join(f"{row.get(c, 0):>12}" for c in columns)
+        print(f"{row['route']:<12} {row['code']:<24} {row['failures']:>8} {counts}")
+    print()
+    for row in rows:
+        print(f"- {row['route']} {row['code']}: {reading(row)}")
     return EXIT_OK
 
 

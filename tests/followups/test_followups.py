@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from gateway.cli import main
 from gateway.config.models import FollowupsSpec
 from gateway.followups import (
     Answered,
@@ -26,6 +27,7 @@ from tests.support.gateway import (
     RunningGateway,
     StartGateway,
     StartUpstream,
+    free_port,
     route_config,
     write_config,
 )
@@ -263,3 +265,27 @@ def test_readings_name_the_largest_problem() -> None:
     assert reading(row).startswith("72 % of callers retried CSV_MALFORMED unchanged")
     assert "before retry_after_ms" in reading({"code": "X", "failures": 4, "retried_too_early": 1})
     assert "gave up" in reading({"code": "X", "failures": 2, "abandoned": 2})
+
+
+async def test_the_cli_prints_the_table_and_a_reading_per_code(
+    start_gateway: StartGateway,
+    start_upstream: StartUpstream,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    upstream = await start_upstream(orders_app())
+    gateway = await start_gateway(route_config(upstream, name="cli"), admin="127.0.0.1:0")
+    for _ in range(3):
+        await gateway.request("POST", "/orders", json={"qty": -1})
+    assert gateway.server.admin_address is not None
+    host, port = gateway.server.admin_address
+    code = await asyncio.to_thread(main, ["followups", "--admin", f"{host}:{port}"])
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("cli "))
+    assert line.split()[1:4] == ["BAD_REQUEST", "3", "0"]  # 3 failures, none abandoned yet
+    assert "67 % of callers retried BAD_REQUEST unchanged" in out
+
+
+def test_the_cli_says_when_it_cannot_reach_the_admin(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["followups", "--admin", f"127.0.0.1:{free_port()}"]) != 0
+    assert "cannot read" in capsys.readouterr().err
