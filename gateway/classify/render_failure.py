@@ -43,7 +43,7 @@ def build_failure(
         status=str(obs.status or ""), method=obs.method, path=clean_text(obs.path, CAPTURE_LIMIT)
     )
     retryable = error.retryable and not _may_repeat_side_effect(rule, obs)
-    retry_after = _retry_after_ms(error.retry_after_ms, obs) if retryable else None
+    retry_after = _retry_after_ms(error.retry_after_ms, obs, captures) if retryable else None
     message = (
         error.message.format_map(values)
         if error.message is not None
@@ -112,7 +112,9 @@ def _may_repeat_side_effect(rule: CompiledRule, obs: Observation) -> bool:
     return obs.transport is None or not obs.transport.request_unsent
 
 
-def _retry_after_ms(spec: int | RetryAfterSpec | None, obs: Observation) -> int | None:
+def _retry_after_ms(
+    spec: int | RetryAfterSpec | None, obs: Observation, captures: Mapping[str, str]
+) -> int | None:
     if spec is None or isinstance(spec, int):
         return spec
     found: float | None = None
@@ -122,9 +124,29 @@ def _retry_after_ms(spec: int | RetryAfterSpec | None, obs: Observation) -> int 
         value = json_path_get(obs.json, split_json_path(spec.json_))
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
             found = value * 1000 if spec.unit == "s" else value
+    if found is None and spec.capture is not None:
+        found = parse_duration_ms(captures.get(spec.capture), spec.unit)
     if found is None:
         return spec.default
     return min(math.ceil(found), MAX_RETRY_AFTER_MS)
+
+
+_DURATION = regex.compile(
+    r"(?i)^\s*(?P<n>\d{1,9}(?:\.\d{1,6})?)\s*"
+    r"(?P<unit>ms|msecs?|millis(?:econds?)?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)?\.?\s*$"
+)
+_UNIT_MS = {"s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+
+
+def parse_duration_ms(value: str | None, unit: str = "s") -> float | None:
+    """A duration as people write it ("30 seconds", "12s", "500 ms", "2 minutes", "1.5h") in
+    milliseconds; a bare number is in `unit` (s or ms). None when it is not one."""
+    found = _DURATION.match(value) if value is not None else None
+    if found is None:
+        return None
+    word = (found["unit"] or unit).lower()
+    scale = 1.0 if word.startswith(("ms", "mil")) else _UNIT_MS[word[0]]
+    return float(found["n"]) * scale
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -144,4 +166,10 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(delta, 0.0) * 1000.0
 
 
-__all__ = ["build_failure", "clean_text", "parse_retry_after", "upstream_message"]
+__all__ = [
+    "build_failure",
+    "clean_text",
+    "parse_duration_ms",
+    "parse_retry_after",
+    "upstream_message",
+]

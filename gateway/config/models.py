@@ -87,10 +87,16 @@ class MatchSpec(Strict):
 
 
 class RetryAfterSpec(Strict):
-    """Where to find the retry delay; the first source present wins, then `default`."""
+    """Where to find the retry delay; the first source present wins, then `default`.
+
+    `capture` names a named group of the rule's regexes holding a duration as a server wrote
+    it ("30 seconds", "12s", "500 ms", "2 minutes"; a bare number is in `unit`): MCP servers
+    turn an API's 429 into text, and this is where its timing survives.
+    """
 
     header: str | None = None
     json_: str | None = Field(default=None, alias="json")
+    capture: str | None = Field(default=None, min_length=1)
     unit: Literal["s", "ms"] = "s"
     default: int | None = Field(default=None, ge=0)
 

@@ -11,7 +11,7 @@ import regex
 
 from gateway.config.errors import Problem
 from gateway.config.loaded import LoadedConfig, Sourced
-from gateway.config.models import RuleSpec
+from gateway.config.models import RetryAfterSpec, RuleSpec
 from gateway.config.patterns import compile_regex, parse_status, placeholders
 from gateway.config.registry import command_problems
 
@@ -197,6 +197,16 @@ def rule_problems(
                     f"of this rule's regexes (or status, method, path)",
                 )
             )
+    retry_capture = (
+        error.retry_after_ms.capture if isinstance(error.retry_after_ms, RetryAfterSpec) else None
+    )
+    if retry_capture is not None and retry_capture not in captures - BUILTIN_PLACEHOLDERS:
+        out.append(
+            (
+                ("error", "retry_after_ms", "capture"),
+                f"{retry_capture!r} is not a named capture of this rule's regexes",
+            )
+        )
     out.extend(_class_problems(rule))
     if error.fix_command is not None and error.fix_command not in command_ids:
         known = ", ".join(sorted(command_ids)) or "none"

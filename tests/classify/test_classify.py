@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation
-from gateway.classify.render_failure import _CONTROL, _SPACES, clean_text
+from gateway.classify.render_failure import _CONTROL, _SPACES, clean_text, parse_duration_ms
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.failure import TransportKind
@@ -244,3 +244,26 @@ def test_clean_text_fast_path_matches_the_full_cleaning(value: str) -> None:
     unsafe = {"Cc", "Cf", "Zl", "Zp"}
     assert not any(unicodedata.category(c) in unsafe for c in clean_text(value, 1000))
     assert "  " not in clean_text(value, 1000)
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "ms"),
+    [
+        ("30 seconds", "s", 30_000),
+        ("12s", "s", 12_000),
+        ("7", "s", 7_000),
+        ("7 ", "ms", 7),
+        ("500ms", "s", 500),
+        ("250 milliseconds", "s", 250),
+        ("2 minutes", "s", 120_000),
+        ("1 min", "s", 60_000),
+        ("1.5h", "s", 5_400_000),
+        ("3 secs.", "s", 3_000),
+        ("soon", "s", None),
+        ("30 parsecs", "s", None),
+        ("", "s", None),
+        (None, "s", None),
+    ],
+)
+def test_durations_as_servers_write_them(text: str | None, unit: str, ms: float | None) -> None:
+    assert parse_duration_ms(text, unit) == ms

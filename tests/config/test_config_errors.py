@@ -238,6 +238,18 @@ CASES: dict[str, Bad] = {
         "gateway.yaml:10: rules[0].error.retry_after_ms",
         "only for retryable: true",
     ),
+    "retry-after-capture-unknown": Bad(
+        rule(
+            "{mcp: {}, body: 'retry after (?P<delay>\\d+)'}",
+            "code: X",
+            "category: RATE_LIMITED",
+            "retryable: true",
+            "side_effect_free: true",
+            "retry_after_ms: {capture: wait}",
+        ),
+        "gateway.yaml:12: rules[0].error.retry_after_ms.capture",
+        "'wait' is not a named capture",
+    ),
     "retryable-status-any-method": Bad(
         rule("{status: [503]}", "code: X", "category: UNAVAILABLE", "retryable: true"),
         "gateway.yaml:10: rules[0].error.retryable",

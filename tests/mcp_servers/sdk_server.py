@@ -43,6 +43,24 @@ def fetch_page(url: str) -> str:
     raise ToolError("TypeError: fetch failed")
 
 
+@server.tool()
+def search(query: str) -> str:
+    """Search; the API behind it is rate limited, and the server says so in text."""
+    raise ToolError("429 Too Many Requests: search API rate limit reached, retry after 30 seconds")
+
+
+@server.tool()
+def explode() -> str:
+    """Crash: the SDK answers only "Error executing tool explode"."""
+    raise RuntimeError("internal detail that stays on the server")
+
+
+@server.tool()
+def frobnicate() -> str:
+    """Fail with a text no shipped rule knows."""
+    raise ToolError("the frobnicator is out of phase")
+
+
 HELPERS: list[subprocess.Popen[bytes]] = []
 
 
