@@ -114,25 +114,35 @@ def guided_tools_list(result: Any, sentence: str) -> dict[str, Any] | None:
     return {**result, "tools": tools} if changed else None
 
 
+def draft_class(failure: Failure) -> str | None:
+    """The draft's class for a failure, or None when nothing specific is known about it."""
+    if failure.retryable:
+        return "reliability"
+    if failure.category in _GOVERNANCE:
+        return "governance"
+    if failure.category is Category.UPSTREAM_ERROR:
+        return None
+    return "capability"
+
+
 def tool_failure(
     failure: Failure, correlation_id: str, now_ms: int | None = None
 ) -> dict[str, Any]:
     """The failure in the shape of the draft tool-failure extension (SEP-3313 / PR #3312).
 
     `retryable` is only meaningful (and only present) for the `reliability` class, and
-    `retryNotBefore` is Unix epoch milliseconds, as the draft defines them.
+    `retryNotBefore` is Unix epoch milliseconds, as the draft defines them. A failure no
+    specific rule recognised (category UPSTREAM_ERROR, not retryable: "the tool failed, we
+    do not know why") claims no class: `capability` would tell the agent "must not
+    auto-retry" with no evidence, and the draft has no "unknown" value.
     """
-    if failure.retryable:
-        failure_class = "reliability"
-    elif failure.category in _GOVERNANCE:
-        failure_class = "governance"
-    else:
-        failure_class = "capability"
+    failure_class = draft_class(failure)
     shape: dict[str, Any] = {
-        "class": failure_class,
         "code": _BASELINE_CODES.get(failure.category, failure.code.lower()),
         "correlationId": correlation_id,
     }
+    if failure_class is not None:
+        shape = {"class": failure_class, **shape}
     if failure_class == "reliability":
         shape["code"] = "retryable_transient_error"
         shape["retryable"] = True

@@ -27,9 +27,10 @@ from typing import Any
 
 from gateway.classify import Classifier
 from gateway.config.loaded import LoadedConfig
-from gateway.failure import Mode
+from gateway.failure import Failure, Mode
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (
+    Pending,
     RequestKey,
     RequestTable,
     encode,
@@ -138,9 +139,12 @@ class StdioRelay:
             self._ids.pop(key, None)
         if pending is None or not may_need_rewrite(line):
             return line
-        # Each upgraded failure gets its own id: the draft extension's correlationId.
+        # Each upgraded failure gets its own id: the draft extension's correlationId. There is
+        # no access log in stdio mode, so this line is what an operator finds it by.
         exchange = dataclasses.replace(self.exchange, request_id=uuid.uuid4().hex)
         outcome = await self.upgrader.upgrade(message, pending, exchange)
+        if outcome is not None and outcome.failure is not None:
+            _log_failure(exchange.request_id, pending, outcome.failure)
         new = None if outcome is None or outcome.message is None else encode(outcome.message)
         if new is None:
             return line
@@ -151,6 +155,25 @@ class StdioRelay:
         for key, pending in self.pending.drain():
             error = server_gone(self._ids.pop(key, key[1]), pending.method)
             out.write(json.dumps(error).encode() + b"\n")
+
+
+def _log_failure(request_id: str, pending: Pending, failure: Failure) -> None:
+    log.info(
+        "MCP failure %s (rule %s) for %s request_id=%s",
+        failure.code,
+        failure.rule_id,
+        pending.tool or pending.method,
+        request_id,
+        extra={
+            "fields": {
+                "request_id": request_id,
+                "method": pending.method,
+                "tool": pending.tool,
+                "code": failure.code,
+                "rule": failure.rule_id,
+            }
+        },
+    )
 
 
 async def _stdin_reader(limit: int) -> asyncio.StreamReader:

@@ -3,10 +3,13 @@ filesystem and everything servers. Errors come back upgraded; successes byte for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 import pytest
@@ -173,6 +176,56 @@ async def test_sdk_client_and_server_through_stdio(mode: str) -> None:
         assert transient.meta["io.modelcontextprotocol/toolFailure"]["class"] == "reliability"
         tools = await client.list_tools()
         assert all("never invent recovery skills" in (t.description or "") for t in tools.tools)
+
+
+TOOL_FAILURE = "io.modelcontextprotocol/toolFailure"
+
+
+async def test_rate_limit_text_keeps_its_timing_and_unknowns_claim_no_class() -> None:
+    """An API's 429 that a server turned into text still tells the client when to retry; a
+    failure no specific rule knows claims no draft class (docs/mcp.md)."""
+    params = StdioServerParameters(command=MENDPOINT[0], args=[*MENDPOINT[1:], *SDK_SERVER])
+    async with Client(params) as client:
+        before_ms = time.time() * 1000
+        limited = await client.call_tool("search", {"query": "mcp"})
+        after_ms = time.time() * 1000
+        item = json.loads(limited.content[-1].text)["mendpoint_failure"]  # type: ignore[union-attr]
+        assert item["error"]["code"] == "RATE_LIMITED"
+        assert item["error"]["retryable"] is True
+        assert item["error"]["retry_after_ms"] == 30_000
+        assert limited.meta is not None
+        extension = limited.meta[TOOL_FAILURE]
+        assert extension["class"] == "reliability" and extension["retryable"] is True
+        assert before_ms + 30_000 <= extension["retryNotBefore"] <= after_ms + 30_000
+        crashed = await client.call_tool("explode", {})
+        item = json.loads(crashed.content[-1].text)["mendpoint_failure"]  # type: ignore[union-attr]
+        assert item["error"]["code"] == "TOOL_CRASHED"
+        assert crashed.meta is not None and "class" not in crashed.meta[TOOL_FAILURE]
+        unknown = await client.call_tool("frobnicate", {})
+        assert unknown.meta is not None
+        assert "class" not in unknown.meta[TOOL_FAILURE]
+        assert unknown.meta[TOOL_FAILURE]["correlationId"]
+
+
+async def test_stdio_logs_each_failure_with_its_correlation_id() -> None:
+    """The correlationId a client sees can be found in the relay's log (stderr)."""
+    argv = ["-m", "gateway", "--log-level", "info", "stdio", "--", *SDK_SERVER]
+    relay = await asyncio.create_subprocess_exec(
+        sys.executable, *argv, stdin=PIPE, stdout=PIPE, stderr=PIPE
+    )
+    assert relay.stdin is not None and relay.stdout is not None and relay.stderr is not None
+    for message in [INIT, INITIALIZED, call(1, "read_note", {"name": "nope"})]:
+        relay.stdin.write(json.dumps(message).encode() + b"\n")
+    async with asyncio.timeout(30):
+        while (reply := json.loads(await relay.stdout.readline())).get("id") != 1:
+            pass
+        relay.stdin.close()
+        stderr = await relay.stderr.read()
+        assert await relay.wait() == 0
+    correlation = reply["result"]["_meta"][TOOL_FAILURE]["correlationId"]
+    logged = [line for line in stderr.splitlines() if correlation.encode() in line]
+    assert len(logged) == 1
+    assert b"FILE_NOT_FOUND" in logged[0] and b"read_note" in logged[0]
 
 
 DYING_SERVER = (

@@ -208,8 +208,10 @@ def test_tools_list_guidance_is_appended_once() -> None:
             {"class": "capability", "code": "invalid_input", "agentGuidance": "Fix it"},
         ),
         (Category.CONFLICT, False, None, {"class": "capability", "code": "some_code"}),
+        # Nothing specific recognised: no class claimed (the draft has no "unknown").
+        (Category.UPSTREAM_ERROR, False, None, {"code": "some_code"}),
     ],
-    ids=["transient", "auth", "permission", "validation", "conflict"],
+    ids=["transient", "auth", "permission", "validation", "conflict", "unrecognised"],
 )
 def test_tool_failure_extension_shape(
     category: Category, retryable: bool, fix: str | None, expected: dict[str, Any]
