@@ -268,10 +268,12 @@ def _followups(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"window {payload.get('window_s')} s; wasted attempts first")
     columns = [o.value for o in Outcome]
-    short = [c.replace("retried_", "r_").replace("failed_", "f_") for c in columns]
-    print(f"{'route':<12} {'code':<24} {'failures':>8} " + " ".join(f"{c:>12}" for c in short))
+    heads = [c.replace("retried_", "r_").replace("failed_", "f_") for c in columns]
+    widths = [max(8, len(h)) for h in heads]
+    cells = " ".join(f"{h:>{w}}" for h, w in zip(heads, widths, strict=True))
+    print(f"{'route':<12} {'code':<24} {'failures':>8} {cells}")
     for row in rows:
-        counts = " ".join(f"{row.get(c, 0):>12}" for c in columns)
+        counts = " ".join(f"{row.get(c, 0):>{w}}" for c, w in zip(columns, widths, strict=True))
         print(f"{row['route']:<12} {row['code']:<24} {row['failures']:>8} {counts}")
     print()
     for row in rows:
