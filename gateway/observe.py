@@ -37,6 +37,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 log = logging.getLogger("mendpoint.resolve")
+identity_log = logging.getLogger("mendpoint.callers")
 
 # `_created` series double the output and no dashboard uses them. (The library does not
 # annotate this function; the ignore covers only that missing annotation.)
@@ -147,6 +148,18 @@ RELOADS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+UNTRUSTED_IDENTITY = Counter(
+    "mendpoint_untrusted_identity_headers_total",
+    "Caller identity headers (callers.source: trusted_header) sent by a peer outside "
+    "trusted_proxies and ignored: the caller was treated as anonymous",
+    registry=REGISTRY,
+)
+RESOLVER_AUTH_FAILURES = Counter(
+    "mendpoint_resolver_auth_failures_total",
+    "Requests `mendpoint resolver` refused with 401, by reason (missing or wrong token)",
+    ["reason"],
+    registry=REGISTRY,
+)
 IN_FLIGHT = Gauge(
     "mendpoint_in_flight_requests",
     "Client requests being handled right now",
@@ -168,6 +181,8 @@ for _outcome in ResolverOutcome:
     RESOLUTIONS.labels(outcome=_outcome.value)
 for _result in ("success", "failure"):
     RELOADS.labels(result=_result)
+for _reason in ("missing", "wrong"):
+    RESOLVER_AUTH_FAILURES.labels(reason=_reason)
 
 
 def method_label(method: str) -> str:
@@ -322,3 +337,40 @@ class GapReporter:
         if last is None or now - last >= self._interval_s:
             self._last_logged[intent] = now
             log.warning("catalog gap: no skill declares recovery intent %r", intent)
+
+
+MAX_REPORTED_PEERS = 4096
+
+
+class SpoofReporter:
+    """Counts identity headers ignored from untrusted peers; logs each peer once per interval.
+
+    A client probing with spoofed `X-Caller` headers would otherwise fill the log one line per
+    request. At most `MAX_REPORTED_PEERS` peers are remembered; past that, entries older than
+    the interval are forgotten, and if none are, the peer is counted but not logged.
+    """
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self._interval_s = interval_s
+        self._last_logged: dict[str, float] = {}
+
+    def report(self, peer: str | None, header: str) -> None:
+        UNTRUSTED_IDENTITY.inc()
+        key = peer or "unknown"
+        now = time.monotonic()
+        last = self._last_logged.get(key)
+        if last is not None and now - last < self._interval_s:
+            return
+        if last is None and len(self._last_logged) >= MAX_REPORTED_PEERS:
+            cutoff = now - self._interval_s
+            self._last_logged = {p: t for p, t in self._last_logged.items() if t > cutoff}
+            if len(self._last_logged) >= MAX_REPORTED_PEERS:
+                return
+        self._last_logged[key] = now
+        identity_log.warning(
+            "ignored %s from %s: it is not in trusted_proxies, so the caller is anonymous "
+            "(logged once per peer per %.0f s; see docs/security.md)",
+            header,
+            key,
+            self._interval_s,
+        )

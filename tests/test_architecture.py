@@ -32,6 +32,7 @@ LAYERS = {
     "gateway.runtime": 0,
     "gateway.signatures": 0,
     "gateway.followups": 2,
+    "gateway.trust": 0,
     "gateway.config": 1,
     "gateway.reload": 1,
     "gateway.classify": 2,

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.failure import Category, Mode, TransportKind
+from gateway.trust import parse_network
 
 _CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _INTENT = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
@@ -371,6 +372,15 @@ class HeadersSpec(Strict):
 MAX_WORKERS = 1024
 
 
+def _network(value: str) -> str:
+    parse_network(value)
+    return value
+
+
+# One CIDR block (or address) per item, checked item by item so an error names its line.
+TrustedBlock = Annotated[str, AfterValidator(_network)]
+
+
 class GatewayConfig(Strict):
     """The `mendpoint serve --config` file (SPEC §5.1)."""
 
@@ -381,6 +391,8 @@ class GatewayConfig(Strict):
     include: list[str] = Field(default_factory=list)
     defaults: bool = True
     routes: list[RouteSpec] = Field(min_length=1)
+    # Peers whose forwarding and identity headers are believed (docs/security.md).
+    trusted_proxies: list[TrustedBlock] = Field(default_factory=list, max_length=1000)
     callers: CallersSpec | None = None
     resolver: ResolverSpec = Field(default_factory=ResolverSpec)
     enrich_budget_ms: int = Field(default=200, ge=1, le=60_000)

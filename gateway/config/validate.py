@@ -126,6 +126,18 @@ def _caller_problems(loaded: LoadedConfig) -> list[Problem]:
             )
         seen_names.add(key.name)
         seen_keys.add(key.key)
+    if callers.source == "trusted_header" and not loaded.config.trusted_proxies:
+        line = doc.line_of(("callers", "source")) if doc else None
+        problems.append(
+            Problem(
+                loaded.source,
+                line,
+                "callers.source",
+                "trusted_header believes the caller header only from trusted_proxies, which "
+                "is empty, so every caller would be anonymous: list the address of the auth "
+                "layer that sets the header under trusted_proxies (docs/security.md)",
+            )
+        )
     if callers.source == "trusted_header" and callers.keys:
         line = doc.line_of(("callers", "keys")) if doc else None
         problems.append(

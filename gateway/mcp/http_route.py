@@ -91,6 +91,7 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
         upstream_host=ctx.route.upstream_host,
         preserve_host=spec.preserve_host,
         request_id=ctx.request_id,
+        trusted=ctx.from_trusted_proxy,
     )
     try:
         upstream = await request.app[UPSTREAM].request(

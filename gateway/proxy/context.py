@@ -50,8 +50,16 @@ class RequestContext:
         return self.record.request_id
 
     @functools.cached_property
+    def from_trusted_proxy(self) -> bool:
+        """The TCP peer is in `trusted_proxies`: its forwarding and identity headers count."""
+        return self.state.proxies.trusts(self.request.remote)
+
+    @functools.cached_property
     def caller(self) -> Caller:
-        return self.state.callers.identify(self.request.headers)
+        request = self.request
+        return self.state.callers.identify(
+            request.headers, peer=request.remote, trusted=self.from_trusted_proxy
+        )
 
     @functools.cached_property
     def mode(self) -> Mode:

@@ -60,6 +60,7 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
         upstream_host=route.upstream_host,
         preserve_host=route.spec.preserve_host,
         request_id=request_id,
+        trusted=ctx.from_trusted_proxy,
     )
     sent = time.monotonic()
     try:

@@ -2,8 +2,12 @@
 
 Hop-by-hop headers, and any header the sender names in `Connection`, describe one
 connection and must not cross the proxy in either direction. The forwarding headers tell the
-upstream who really called; the client's claims are appended to (`X-Forwarded-For`) or
-replaced (`X-Forwarded-Host`/`-Proto`, `Forwarded`), never trusted as-is.
+upstream who really called. From a trusted proxy (`trusted_proxies`, gateway.trust) they are
+kept and appended to: `X-Forwarded-For` gains the peer, `Forwarded` gains this hop's element,
+and the others pass as the proxy set them. From anyone else they are the client's own claims:
+`X-Forwarded-For` is appended to, `X-Forwarded-Host`/`-Proto` and `Forwarded` are replaced,
+and `X-Forwarded-Port`/`-Prefix`, `X-Real-IP` and `True-Client-IP` are dropped
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -31,12 +35,17 @@ VIA = "1.1 mendpoint"
 REPLACED_ON_REQUEST = frozenset(
     {"host", "x-forwarded-host", "x-forwarded-proto", "forwarded", "x-request-id"}
 )
+# Claims about the original client that only a trusted proxy may make and the gateway does
+# not set itself: passed from a trusted proxy, dropped from anyone else.
+TRUSTED_ONLY = frozenset({"x-forwarded-port", "x-forwarded-prefix", "x-real-ip", "true-client-ip"})
 # Underscore policy. CGI, WSGI, PHP and Rack read both `X-Forwarded-For` and `X_Forwarded_For`
 # as HTTP_X_FORWARDED_FOR, so an underscore spelling of a header the gateway sets or strips
 # could override what the gateway vouches for. Those spellings are dropped; any other header
 # with an underscore is forwarded as sent (nginx would drop them all, which breaks APIs that
 # use such names).
-MANAGED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST | {"x-forwarded-for", "via", "content-length"}
+MANAGED_ON_REQUEST = (
+    HOP_BY_HOP | REPLACED_ON_REQUEST | TRUSTED_ONLY | {"x-forwarded-for", "via", "content-length"}
+)
 
 
 def visible_ascii(value: str) -> bool:
@@ -53,7 +62,9 @@ def connection_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> froze
 
 
 # Precomputed once: the success path filters every header of every request against these.
-DROPPED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST
+DROPPED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST | TRUSTED_ONLY
+# From a trusted proxy only what describes this hop is replaced; its forwarding headers stay.
+DROPPED_FROM_TRUSTED = HOP_BY_HOP | {"host", "x-request-id"}
 
 
 # `Connection` values that name no other header; nearly every message carries one of these.
@@ -82,9 +93,14 @@ def upstream_request_headers(
     upstream_host: str,
     preserve_host: bool,
     request_id: str,
+    trusted: bool = False,
 ) -> CIMultiDict[str]:
-    """The headers sent upstream: end-to-end ones plus honest forwarding information."""
-    drop = DROPPED_ON_REQUEST
+    """The headers sent upstream: end-to-end ones plus honest forwarding information.
+
+    `trusted` says the peer is a trusted proxy (gateway.trust), whose forwarding headers
+    describe the original client and are kept; otherwise they are replaced or dropped.
+    """
+    drop = DROPPED_FROM_TRUSTED if trusted else DROPPED_ON_REQUEST
     if any("_" in k for k in incoming):  # rare: only then look for underscore spoofs
         drop = drop.union(k.lower() for k in incoming if _is_spoof(k))
     headers = _end_to_end(incoming, drop)
@@ -93,10 +109,19 @@ def upstream_request_headers(
     if peer:
         prior = ", ".join(incoming.getall("X-Forwarded-For", ()))
         headers["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
-    if original_host:
-        headers["X-Forwarded-Host"] = original_host
-    headers["X-Forwarded-Proto"] = scheme
-    headers["Forwarded"] = _forwarded(peer, original_host, scheme)
+    element = _forwarded(peer, original_host, scheme)
+    if trusted:
+        if original_host and "X-Forwarded-Host" not in headers:
+            headers["X-Forwarded-Host"] = original_host
+        if "X-Forwarded-Proto" not in headers:
+            headers["X-Forwarded-Proto"] = scheme
+        prior = ", ".join(incoming.getall("Forwarded", ()))
+        headers["Forwarded"] = f"{prior}, {element}" if prior else element
+    else:
+        if original_host:
+            headers["X-Forwarded-Host"] = original_host
+        headers["X-Forwarded-Proto"] = scheme
+        headers["Forwarded"] = element
     headers.add("Via", VIA)
     headers["X-Request-Id"] = request_id
     return headers

@@ -17,6 +17,7 @@ from gateway.proxy.routes import RouteTable
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
 from gateway.signatures import SignatureBook
+from gateway.trust import TrustedProxies
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class GatewayState:
     routes: RouteTable
     callers: CallerDirectory
     recovery: RecoveryService
+    proxies: TrustedProxies
 
     @classmethod
     def build(cls, loaded: LoadedConfig) -> GatewayState:
@@ -36,6 +38,7 @@ class GatewayState:
             RouteTable(loaded.config.routes),
             CallerDirectory.build(loaded.callers),
             RecoveryService.build(loaded),
+            TrustedProxies.build(loaded.config.trusted_proxies),
         )
 
 

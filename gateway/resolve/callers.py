@@ -3,15 +3,21 @@
 Identity comes from one configured source: an API-key header looked up by its SHA-256 (the
 config holds only hashes), or a trusted header that an auth layer in front has set. An unknown
 caller has no scopes. The key itself is hashed on arrival and never stored, logged or sent on.
+
+A trusted header is believed only from a peer in `trusted_proxies` (gateway.trust): a client
+that reaches the gateway directly could otherwise name itself and grant itself scopes. From
+any other peer the caller is anonymous, and the attempt is counted and logged
+(`SpoofReporter`; docs/security.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.config.models import CallersSpec
+from gateway.observe import SpoofReporter
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,7 @@ class CallerDirectory:
     by_digest: Mapping[str, Caller]
     principals: Mapping[str, Caller]
     scopes_header: str | None = None
+    spoofs: SpoofReporter = field(default_factory=SpoofReporter, compare=False, repr=False)
 
     @classmethod
     def build(cls, spec: CallersSpec | None) -> CallerDirectory:
@@ -53,14 +60,22 @@ class CallerDirectory:
                 return caller
         return None
 
-    def identify(self, headers: Mapping[str, str]) -> Caller:
+    def identify(
+        self, headers: Mapping[str, str], *, peer: str | None = None, trusted: bool = False
+    ) -> Caller:
+        """The caller of a request; `trusted` says its peer is in `trusted_proxies`."""
         if self.source == "none":
             return ANONYMOUS
         value = headers.get(self.header)
+        if self.source == "api_key":
+            return self.by_digest.get(key_digest(value), ANONYMOUS) if value else ANONYMOUS
+        if not trusted:
+            sent = [h for h in (self.header, self.scopes_header) if h and h in headers]
+            if sent:
+                self.spoofs.report(peer, " and ".join(sent))
+            return ANONYMOUS
         if not value:
             return ANONYMOUS
-        if self.source == "api_key":
-            return self.by_digest.get(key_digest(value), ANONYMOUS)
         name = value.strip()
         known = self.principals.get(name, Caller(name, frozenset()))
         if self.scopes_header is None:

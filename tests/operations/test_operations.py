@@ -287,6 +287,7 @@ async def test_rollout_by_caller_through_the_gateway(
     data = config(upstream, mode="envelope")
     data["routes"][0]["rollout"] = {"percent": 25, "by": "caller"}
     data["callers"] = {"source": "trusted_header", "header": "X-Caller"}
+    data["trusted_proxies"] = ["127.0.0.1"]  # the test client stands in for the auth layer
     gateway = await start_gateway(data)
 
     async def upgraded(caller: str) -> bool:

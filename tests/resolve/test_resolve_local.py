@@ -104,10 +104,14 @@ def test_trusted_header_callers() -> None:
         }
     )
     directory = CallerDirectory.build(spec)
-    caller = directory.identify({"X-Caller": "svc-a", "X-Caller-Scopes": "data:write, x"})
+    sent = {"X-Caller": "svc-a", "X-Caller-Scopes": "data:write, x"}
+    caller = directory.identify(sent, peer="10.0.0.5", trusted=True)
     assert caller.name == "svc-a"
     assert caller.scopes == frozenset({"data:read", "data:write", "x"})
-    assert directory.identify({"X-Caller": "stranger"}).scopes == frozenset()
+    stranger = directory.identify({"X-Caller": "stranger"}, peer="10.0.0.5", trusted=True)
+    assert stranger.scopes == frozenset()
+    # The same headers from a peer outside trusted_proxies name nobody.
+    assert directory.identify(sent, peer="10.9.9.9", trusted=False) is ANONYMOUS
 
 
 INTENTS = st.sampled_from(["a", "b", "c"])

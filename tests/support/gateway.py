@@ -45,14 +45,18 @@ class RawResponse:
     body: bytes
 
 
-async def exchange_raw(base_url: str, data: bytes, timeout_s: float = 10) -> RawResponse:
+async def exchange_raw(
+    base_url: str, data: bytes, timeout_s: float = 10, source: str | None = None
+) -> RawResponse:
     """Write `data` as-is to the server behind `base_url`, read to EOF, parse the head.
 
     For requests no HTTP client would send (smuggling, hygiene); they ask to close, so the
-    answer ends at EOF.
+    answer ends at EOF. `source` binds the client socket to that loopback address (say
+    127.0.0.2), so a test can be a peer that `trusted_proxies` does or does not list.
     """
     url = URL(base_url)
-    reader, writer = await asyncio.open_connection(url.host, url.port)
+    local = (source, 0) if source is not None else None
+    reader, writer = await asyncio.open_connection(url.host, url.port, local_addr=local)
     try:
         writer.write(data)
         await writer.drain()
