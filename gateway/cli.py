@@ -289,6 +289,10 @@ def _check(args: argparse.Namespace) -> int:
         f"{len(loaded.rules)} rule(s) ({defaults} from shipped defaults), "
         f"{len(loaded.commands)} command(s), {len(loaded.skills)} skill(s)"
     )
+    print("rules, in match order:")
+    for file in loaded.packs:
+        count = sum(1 for r in loaded.rules if r.source.file == file)
+        print(f"  {file}: {count} rule(s)")
     return EXIT_OK
 
 

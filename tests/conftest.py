@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from gateway.app import GatewayServer
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
+from tests.support.frameworks import FrameworkApp, node_app, python_app, running
 from tests.support.gateway import (
     RawHandler,
     RawUpstream,
@@ -80,3 +81,29 @@ async def start_raw() -> AsyncIterator[StartRaw]:
     for server in servers:
         server.close()
         await server.wait_closed()
+
+
+# Real framework apps for the rule packs' live tests: started once per session.
+@pytest.fixture(scope="session")
+def fastapi_app() -> Iterator[FrameworkApp]:
+    with running(python_app("fastapi_app.py"), ("fastapi",)) as [app]:
+        yield app
+
+
+@pytest.fixture(scope="session")
+def django_app() -> Iterator[FrameworkApp]:
+    with running(python_app("django_app.py"), ("django",)) as [app]:
+        yield app
+
+
+@pytest.fixture(scope="session")
+def flask_app() -> Iterator[FrameworkApp]:
+    with running(python_app("flask_app.py"), ("flask",)) as [app]:
+        yield app
+
+
+@pytest.fixture(scope="session")
+def express_apps() -> Iterator[dict[str, FrameworkApp]]:
+    """The same Express app as in development (stack traces) and in production."""
+    with running(node_app("express_app.js"), ("development", "production")) as apps:
+        yield {app.name: app for app in apps}

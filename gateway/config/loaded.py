@@ -19,6 +19,8 @@ from gateway.config.models import (
 )
 from gateway.config.yamlsrc import YamlDoc
 
+BUILTIN_PREFIX = "builtin:"  # how a shipped pack is named, in `include:` and as a rule's file
+
 
 @dataclass(frozen=True, slots=True)
 class Sourced:
@@ -58,6 +60,7 @@ class LoadedConfig:
     callers: CallersSpec | None = None
     files: list[str] = field(default_factory=list)
     docs: dict[str, YamlDoc] = field(default_factory=dict)
+    packs: list[str] = field(default_factory=list)  # every rule file, in match order
 
     def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
         """The line of a field inside a sourced item, for error messages."""

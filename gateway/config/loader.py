@@ -15,7 +15,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gateway.config.errors import ConfigError, Problem
-from gateway.config.loaded import LoadedConfig, Sourced, SourcedCommand, SourcedRule
+from gateway.config.loaded import (
+    BUILTIN_PREFIX,
+    LoadedConfig,
+    Sourced,
+    SourcedCommand,
+    SourcedRule,
+)
 from gateway.config.models import (
     CallersSpec,
     GatewayConfig,
@@ -26,8 +32,12 @@ from gateway.config.models import (
 from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
 
-BUILTIN_PREFIX = "builtin:"
 DEFAULT_PACKS = ("http-defaults", "mcp-defaults")
+# Packs whose every rule needs one stack's own error shape (a FastAPI 422, a DRF 403, ...):
+# no other API can reach them, so they are on with the defaults, matched after the user's
+# rules and ahead of the fallbacks, and `serve --upstream URL` answers specifically with no
+# config (docs/packs/index.md). Listed in `include:`, a pack is matched where it is listed.
+SHAPE_PACKS = ("fastapi",)
 MAX_FILE_BYTES = 8 << 20
 
 M = TypeVar("M", bound=BaseModel)
@@ -130,6 +140,10 @@ def _assemble(config: GatewayConfig, doc: YamlDoc, base_dir: str) -> LoadedConfi
             _add_pack(loaded, pack, pack_doc, problems, is_default=False)
     if config.defaults:
         listed = {_builtin_name(e) for e in config.include}
+        for name in SHAPE_PACKS:
+            if name not in listed:
+                pack, pack_doc = _load_pack(BUILTIN_PREFIX + name, base_dir, loaded)
+                _add_pack(loaded, pack, pack_doc, problems, is_default=False)
         for name in DEFAULT_PACKS:
             if name not in listed:
                 defaults.append(_load_pack(BUILTIN_PREFIX + name, base_dir, loaded))
@@ -185,6 +199,7 @@ def _add_pack(
     is_default: bool,
 ) -> None:
     loaded.docs[doc.file] = doc
+    loaded.packs.append(doc.file)
     for index, rule in enumerate(pack.rules):
         rule_path: tuple[str | int, ...] = ("rules", index)
         source = Sourced(doc.file, doc.line_of(rule_path), rule_path)

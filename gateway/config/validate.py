@@ -10,7 +10,7 @@ from __future__ import annotations
 import regex
 
 from gateway.config.errors import Problem
-from gateway.config.loaded import LoadedConfig, Sourced
+from gateway.config.loaded import BUILTIN_PREFIX, LoadedConfig, Sourced
 from gateway.config.models import RetryAfterSpec, RuleSpec
 from gateway.config.patterns import compile_regex, parse_status, placeholders
 from gateway.config.registry import command_problems
@@ -38,11 +38,11 @@ def validate_loaded(loaded: LoadedConfig) -> list[Problem]:
             problems.append(Problem(source.file, loaded.line_of(source, *field), dotted, message))
 
         previous = first_seen.setdefault(rule.spec.id, rule.source)
-        if previous is not rule.source and rule.is_default:
+        if previous is not rule.source and rule.source.file.startswith(BUILTIN_PREFIX):
             # Point at the user's rule, not at a shipped file they cannot edit.
             report(
                 ("id",),
-                f"rule id {rule.spec.id!r} is taken by the shipped default at "
+                f"rule id {rule.spec.id!r} is taken by the shipped rule at "
                 f"{rule.source.file}:{rule.source.line}; choose another id",
                 previous,
             )

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from gateway.classify import Classifier
-from gateway.config.loader import builtin_names, builtin_text, embedded_config, load_config
+from gateway.config.loader import (
+    SHAPE_PACKS,
+    builtin_names,
+    builtin_text,
+    embedded_config,
+    load_config,
+)
+from gateway.config.models import RulePack
+from gateway.config.yamlsrc import parse_yaml
 from gateway.fixtures import load_fixtures, run_fixtures
 from tests.support.paths import EXAMPLES
 
@@ -38,6 +46,19 @@ def test_every_rule_of_a_pack_is_exercised(name: str) -> None:
     expected_rules = {case.expect.rule for case in fixtures.cases if case.expect.rule}
     pack_rules = {r.spec.id for r in loaded.rules if r.source.file == f"builtin:{name}"}
     assert pack_rules - expected_rules == set()
+
+
+@pytest.mark.parametrize("name", SHAPE_PACKS)
+def test_stack_pack_rules_need_the_stacks_own_shape(name: str) -> None:
+    """A stack pack is on by default ahead of the fallbacks: a rule of it that matched on
+    status alone would take every API's failures (and shadow the fallbacks in the index)."""
+    doc = parse_yaml(builtin_text(name), name)
+    pack = RulePack.model_validate(doc.data)
+    assert pack.rules
+    for rule in pack.rules:
+        match = rule.match
+        assert match.json_ or match.body or match.headers, rule.id
+        assert rule.id.startswith(f"{name}-"), rule.id
 
 
 def test_a_wrong_expectation_is_reported() -> None:

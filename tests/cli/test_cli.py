@@ -165,6 +165,27 @@ def test_check_good_config(config: Path) -> None:
     assert "1 command(s)" in result.stdout
 
 
+def test_check_lists_every_rule_file_in_match_order(tmp_path: Path, cli: Run) -> None:
+    """What a config includes, in the order rules are tried: its own, its includes, the
+    shipped stack packs, the fallbacks last."""
+    (tmp_path / "mine.yaml").write_text(
+        "rules:\n  - id: mine\n    match: {status: [418]}\n"
+        "    error: {code: TEAPOT, category: UPSTREAM_ERROR}\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "gateway.yaml").write_text(
+        "include: [mine.yaml]\nroutes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n",
+        encoding="utf-8",
+    )
+    code, out, _ = cli("check", "--config", "gateway.yaml")
+    assert code == 0
+    listed = [line.rsplit(": ", 1)[0].strip() for line in out.splitlines() if line.startswith("  ")]
+    assert listed[:2] == ["gateway.yaml", "mine.yaml"]
+    assert "builtin:fastapi" in listed
+    assert listed[-2:] == ["builtin:http-defaults", "builtin:mcp-defaults"]
+    assert "  mine.yaml: 1 rule(s)" in out
+
+
 def test_check_bad_config_prints_every_located_problem(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text(BAD_CONFIG, encoding="utf-8")
     result = mendpoint("check", "--config", "bad.yaml", cwd=tmp_path)

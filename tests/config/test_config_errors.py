@@ -439,7 +439,7 @@ CASES: dict[str, Bad] = {
     "include-unknown-builtin": Bad(
         HEAD + "include:\n  - builtin:nope\n",
         "gateway.yaml:5: include[0]",
-        "unknown pack 'builtin:nope'; the builtin packs are builtin:http-defaults",
+        "unknown pack 'builtin:nope'; the builtin packs are builtin:",
     ),
     "include-listed-twice": Bad(
         HEAD + "include:\n  - pack.yaml\n  - pack.yaml\n",

@@ -18,6 +18,7 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import (
     BUILTIN_PREFIX,
     DEFAULT_PACKS,
+    SHAPE_PACKS,
     builtin_names,
     builtin_text,
     embedded_config,
@@ -153,12 +154,14 @@ def test_routes_and_settings_load(loaded: LoadedConfig) -> None:
 
 
 def test_rule_order_inline_then_packs_then_defaults_last(loaded: LoadedConfig) -> None:
-    """`builtin:http-defaults` is listed first in `include:` but still matches last."""
+    """`builtin:http-defaults` is listed first in `include:` but still matches last; the
+    shipped stack packs come between the config's own rules and the fallbacks."""
     ids = [rule.spec.id for rule in loaded.rules]
     own = ["inline-1", "inline-2", "first-1", "first-2", "second-1"]
-    assert ids == own + _default_rule_ids()
-    assert [rule.is_default for rule in loaded.rules] == [False] * len(own) + [True] * (
-        len(ids) - len(own)
+    shape = _default_rule_ids(SHAPE_PACKS)
+    assert ids == own + shape + _default_rule_ids()
+    assert [rule.is_default for rule in loaded.rules] == [False] * len(own + shape) + [True] * (
+        len(ids) - len(own + shape)
     )
 
 
@@ -237,7 +240,7 @@ def test_minimal_config_is_one_route_and_the_defaults(tmp_path: Path) -> None:
     loaded = load_config(str(path))
     assert loaded.config.listen == "127.0.0.1:8080"
     assert loaded.config.limits.error_body_bytes == 1 << 20
-    assert [r.spec.id for r in loaded.rules] == _default_rule_ids()
+    assert [r.spec.id for r in loaded.rules] == _default_rule_ids(SHAPE_PACKS + DEFAULT_PACKS)
     assert loaded.commands == {}
 
 
@@ -250,8 +253,9 @@ def test_embedded_config_is_one_additive_route_with_the_shipped_rules() -> None:
         Mode.ADDITIVE,
     )
     assert loaded.config.listen == "127.0.0.1:8080"
-    assert [r.spec.id for r in loaded.rules] == _default_rule_ids()
-    assert all(r.is_default for r in loaded.rules)
+    assert [r.spec.id for r in loaded.rules] == _default_rule_ids(SHAPE_PACKS + DEFAULT_PACKS)
+    fallbacks = {r.spec.id for r in loaded.rules if r.is_default}
+    assert fallbacks == set(_default_rule_ids())  # the stack packs' matches are specific
     assert loaded.files == []  # nothing on disk to watch for reloads
 
 
