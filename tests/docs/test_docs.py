@@ -1,0 +1,118 @@
+"""The docs keep up with the code: every config key is documented, and README links resolve.
+
+`make docs` (mkdocs, strict) checks the links inside docs/; these tests check what mkdocs
+cannot see: the pydantic models behind the config and rule files, and the README, which lives
+outside the site.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from gateway.config.models import GatewayConfig, KeysFile, RulePack
+from gateway.fixtures import FixtureFile
+from tests.support.paths import DOCS, REPO
+
+
+def nested_models(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
+    """The models inside a field's type, each with the path suffix that reaches it.
+
+    `list[X]` is reached as `key[]`, `dict[str, X]` as `key.<id>`, `X | None` and
+    `Annotated[X, ...]` as `key`.
+    """
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation, ""
+    elif origin is list:
+        for model, suffix in nested_models(args[0]):
+            yield model, "[]" + suffix
+    elif origin is dict:
+        for model, suffix in nested_models(args[1]):
+            yield model, ".<id>" + suffix
+    elif origin in (typing.Union, types.UnionType, typing.Annotated):
+        for arg in args if origin is not typing.Annotated else args[:1]:
+            yield from nested_models(arg)
+
+
+def key_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every key a user can write under `model`, as `routes[].rollout.percent` paths."""
+    for name, field in model.model_fields.items():
+        path = prefix + (field.alias or name)
+        yield path
+        for sub, suffix in nested_models(field.annotation):
+            yield from key_paths(sub, path + suffix + ".")
+
+
+CONFIG_KEYS = sorted({*key_paths(GatewayConfig), *key_paths(RulePack), *key_paths(KeysFile)})
+FIXTURE_KEYS = sorted(set(key_paths(FixtureFile)))
+
+
+def test_the_walk_reaches_nested_keys() -> None:
+    """Through lists, optionals, unions and maps, and by alias (`json`, not `json_`)."""
+    for path in (
+        "routes[].rollout.percent",
+        "callers.keys[].key",
+        "rules[].match.json.path",
+        "rules[].error.retry_after_ms.unit",
+        "commands.<id>.run",
+        "policies[].allow.skills",
+        "keys[].scopes",
+    ):
+        assert path in CONFIG_KEYS
+    assert "rules[].match.json_" not in CONFIG_KEYS
+    assert "cases[].mcp.error.code" in FIXTURE_KEYS
+
+
+def undocumented(keys: list[str], page: Path) -> list[str]:
+    text = page.read_text(encoding="utf-8")
+    return [key for key in keys if f"`{key}`" not in text]
+
+
+def test_every_config_and_rule_file_key_is_in_configuration_md() -> None:
+    missing = undocumented(CONFIG_KEYS, DOCS / "configuration.md")
+    assert not missing, f"add these keys to docs/configuration.md: {missing}"
+
+
+def test_every_fixture_key_is_in_rules_md() -> None:
+    missing = undocumented(FIXTURE_KEYS, DOCS / "rules.md")
+    assert not missing, f"add these fixture keys to docs/rules.md: {missing}"
+
+
+def slug(heading: str) -> str:
+    """The anchor mkdocs' table of contents gives a heading (its default slugify)."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower().replace("`", ""))
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+README_LINKS = [
+    link
+    for link in re.findall(r"\]\(([^)\s]+)\)", (REPO / "README.md").read_text(encoding="utf-8"))
+    if not re.match(r"^[a-z]+:", link)  # relative links only: no network in the tests
+]
+
+
+def test_the_readme_links_into_docs() -> None:
+    assert any(link.startswith("docs/") for link in README_LINKS)
+
+
+@pytest.mark.parametrize("link", sorted(set(README_LINKS)))
+def test_readme_links_resolve(link: str) -> None:
+    target, _, anchor = link.partition("#")
+    path = REPO / target
+    assert path.is_file(), f"README links to {target}, which does not exist"
+    if anchor:
+        assert anchor in anchors(path), f"{path.name} has no heading for #{anchor}"
