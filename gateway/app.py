@@ -28,6 +28,7 @@ from gateway.handler import handle
 from gateway.logs import set_access_log
 from gateway.mcp import runtime as mcp_runtime
 from gateway.observe import READY, RELOADS
+from gateway.proxy.aiohttp_private import server_handler_kwargs
 from gateway.proxy.client import UpstreamClient
 from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
 from gateway.proxy.state import SIGNATURES, STATE, UPSTREAM, GatewayState, StateHolder
@@ -164,7 +165,7 @@ class GatewayServer:
             if len(server.connections) >= cap:
                 return _Refuse()
             # What `server()` builds, with the gateway's precise 414/431 for oversize heads.
-            return GatewayProtocol(server, loop=loop, **server._kwargs)
+            return GatewayProtocol(server, loop=loop, **server_handler_kwargs(server))
 
         self._server = await loop.create_server(
             factory, host, port, reuse_address=True, reuse_port=reuse_port, backlog=1024

@@ -29,6 +29,7 @@ from gateway.mcp.origin import refusal
 from gateway.mcp.runtime import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
+from gateway.proxy.aiohttp_private import RelayResponse
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_path import BODY_BOUND_HEADERS, answer_transport_failure
@@ -37,7 +38,7 @@ from gateway.proxy.headers import (
     upstream_request_headers,
     visible_ascii,
 )
-from gateway.proxy.relay import RelayResponse, relay
+from gateway.proxy.relay import relay
 from gateway.proxy.state import UPSTREAM
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.streams import read_capped

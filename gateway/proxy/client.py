@@ -40,6 +40,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.config.models import LimitsSpec
 from gateway.failure import TransportKind
+from gateway.proxy.aiohttp_private import LazyReadTimeoutProtocol
 
 # Methods that carry no body by definition; any other one without a body says Content-Length: 0
 # (as aiohttp and curl do), so an upstream never waits for a body that will not come.
@@ -66,40 +67,6 @@ class Origin:
     @property
     def tls(self) -> bool:
         return self.scheme == "https"
-
-
-class _Protocol(ResponseHandler):
-    """aiohttp's `ResponseHandler` with a lazy `sock_read` timer.
-
-    aiohttp cancels and re-creates a timer handle on every `data_received`: hundreds per
-    10 MB body. Here data only moves a timestamp; the one timer, when it fires early, re-arms
-    itself for what is left. Same deadline (no byte for `read_timeout_s`), far fewer handles.
-    aiohttp's `_drop_timeout` (end of body, paused reading, errors) still stops it.
-    """
-
-    _last_read = 0.0
-
-    def _reschedule_timeout(self) -> None:
-        timeout = self._read_timeout
-        if not timeout:
-            self._drop_timeout()
-            return
-        self._last_read = self._loop.time()
-        if self._read_timeout_handle is None:
-            self._read_timeout_handle = self._loop.call_at(
-                self._last_read + timeout, self._check_read_timeout
-            )
-
-    def _check_read_timeout(self) -> None:
-        self._read_timeout_handle = None
-        timeout = self._read_timeout
-        if not timeout:
-            return
-        due = self._last_read + timeout
-        if due > self._loop.time():
-            self._read_timeout_handle = self._loop.call_at(due, self._check_read_timeout)
-        else:
-            self._on_read_timeout()
 
 
 class UpstreamResponse:
@@ -374,7 +341,7 @@ class UpstreamClient:
         try:
             async with asyncio.timeout(self._limits.connect_timeout_s):
                 _, protocol = await loop.create_connection(
-                    lambda: _Protocol(loop),
+                    lambda: LazyReadTimeoutProtocol(loop),
                     origin.host,
                     origin.port,
                     ssl=self._tls_context if origin.tls else None,

@@ -5,28 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from aiohttp import StreamReader, hdrs, web
+from aiohttp import StreamReader, web
 from multidict import CIMultiDict
 
+from gateway.proxy.aiohttp_private import RelayResponse
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.upstream import UPSTREAM_ERRORS
 
 log = logging.getLogger("mendpoint.proxy")
-
-
-class RelayResponse(web.StreamResponse):
-    """A StreamResponse that does not invent a Content-Type the upstream never sent.
-
-    aiohttp defaults a missing Content-Type to application/octet-stream while preparing the
-    headers; a transparent proxy must not, because the client would then see a type the
-    origin never claimed. The hook is aiohttp's own `_prepare_headers` step (3.14).
-    """
-
-    async def _prepare_headers(self) -> None:
-        had_type = hdrs.CONTENT_TYPE in self.headers
-        await super()._prepare_headers()
-        if not had_type:
-            self.headers.popall(hdrs.CONTENT_TYPE, None)
 
 
 async def relay(

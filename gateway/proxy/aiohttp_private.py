@@ -1,0 +1,91 @@
+"""Every use of aiohttp's private names, in one place, each with the reason it is needed.
+
+aiohttp may rename or rework anything that starts with an underscore in any release. So the
+gateway touches such names here and nowhere else, pins aiohttp to the minor series its suite
+passed on (pyproject.toml), and tests/proxy/test_aiohttp_private.py checks each name below
+against the installed aiohttp: an upgrade that removes or changes one fails a test that names
+it, instead of silently changing what the proxy does.
+
+The names, by what needs them:
+
+- `LazyReadTimeoutProtocol` (the upstream client's connection protocol) overrides
+  `ResponseHandler._reschedule_timeout`, which aiohttp calls on every `data_received`, and
+  reads or writes `_read_timeout`, `_read_timeout_handle`, `_loop`, `_drop_timeout` and
+  `_on_read_timeout`. aiohttp re-creates a timer handle per received chunk; the override
+  keeps one timer and moves a timestamp instead (hundreds of handles fewer per 10 MB body).
+- `RelayResponse` overrides `StreamResponse._prepare_headers`, the step in which aiohttp
+  defaults a missing Content-Type to application/octet-stream: a transparent proxy must not
+  claim a type the origin never sent.
+- `server_handler_kwargs` reads `web.Server._kwargs`, the request-handler settings aiohttp's
+  `Server.__call__` passes to each `RequestHandler`. The gateway builds its own handler
+  (`GatewayProtocol`, precise 414/431 statuses) with the same settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import hdrs, web
+from aiohttp.client_proto import ResponseHandler
+
+
+class LazyReadTimeoutProtocol(ResponseHandler):
+    """aiohttp's `ResponseHandler` with a lazy `sock_read` timer.
+
+    aiohttp cancels and re-creates a timer handle on every `data_received`: hundreds per
+    10 MB body. Here data only moves a timestamp; the one timer, when it fires early, re-arms
+    itself for what is left. Same deadline (no byte for `read_timeout_s`), far fewer handles.
+    aiohttp's `_drop_timeout` (end of body, paused reading, errors) still stops it.
+    """
+
+    _last_read = 0.0
+
+    def _reschedule_timeout(self) -> None:
+        timeout = self._read_timeout
+        if not timeout:
+            self._drop_timeout()
+            return
+        self._last_read = self._loop.time()
+        if self._read_timeout_handle is None:
+            self._read_timeout_handle = self._loop.call_at(
+                self._last_read + timeout, self._check_read_timeout
+            )
+
+    def _check_read_timeout(self) -> None:
+        self._read_timeout_handle = None
+        timeout = self._read_timeout
+        if not timeout:
+            return
+        due = self._last_read + timeout
+        if due > self._loop.time():
+            self._read_timeout_handle = self._loop.call_at(due, self._check_read_timeout)
+        else:
+            self._on_read_timeout()
+
+
+class RelayResponse(web.StreamResponse):
+    """A StreamResponse that does not invent a Content-Type the upstream never sent.
+
+    aiohttp defaults a missing Content-Type to application/octet-stream while preparing the
+    headers; a transparent proxy must not, because the client would then see a type the
+    origin never claimed. The hook is aiohttp's own `_prepare_headers` step.
+    """
+
+    async def _prepare_headers(self) -> None:
+        had_type = hdrs.CONTENT_TYPE in self.headers
+        await super()._prepare_headers()
+        if not had_type:
+            self.headers.popall(hdrs.CONTENT_TYPE, None)
+
+
+def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
+    """The settings `server()` would build each `RequestHandler` with (limits, access log, …).
+
+    aiohttp keeps them only in `Server._kwargs`; the gateway's connection factory builds a
+    `GatewayProtocol` instead of calling `server()`, and must hand it the same settings.
+    """
+    kwargs: dict[str, Any] = server._kwargs
+    return kwargs
+
+
+__all__ = ["LazyReadTimeoutProtocol", "RelayResponse", "server_handler_kwargs"]
