@@ -198,17 +198,21 @@ def skills() -> list[dict[str, object]]:
     return out
 
 
-def mendpoint_config(upstream: str, mode: str, access_log: bool) -> dict[str, object]:
+def mendpoint_config(
+    upstream: str, mode: str, access_log: bool, followups: bool = True
+) -> dict[str, object]:
     """The gateway config for one benchmark run (as data; written as JSON, which is YAML).
 
     No admin listener (nothing else to bind); the JSON access log only when asked, since
-    it is measured as its own row.
+    it is measured as its own row. Follow-up tracking is on, as by default; the
+    `[followups-off]` variant measures what it costs.
     """
     key_hash = hashlib.sha256(API_KEY.encode()).hexdigest()
     return {
         "listen": "127.0.0.1:0",
         "admin": None,
         "log": {"level": "warning", "access": access_log},
+        "followups": {"enabled": followups},
         "shutdown": {"drain_delay_s": 0, "grace_s": 5},
         "include": ["builtin:http-defaults"],
         "routes": [{"name": "api", "prefix": "/", "upstream": upstream, "mode": mode}],
@@ -222,8 +226,12 @@ def mendpoint_config(upstream: str, mode: str, access_log: bool) -> dict[str, ob
     }
 
 
-def write_mendpoint_config(root: Path, upstream: str, mode: str, access_log: bool) -> Path:
+def write_mendpoint_config(
+    root: Path, upstream: str, mode: str, access_log: bool, followups: bool = True
+) -> Path:
     port = upstream.rsplit(":", 1)[-1].strip("/")
-    path = root / f"mendpoint-{mode}-{port}{'-log' if access_log else ''}.yaml"
-    path.write_text(json.dumps(mendpoint_config(upstream, mode, access_log), indent=1))
+    suffix = ("-log" if access_log else "") + ("" if followups else "-nofollowups")
+    path = root / f"mendpoint-{mode}-{port}{suffix}.yaml"
+    config = mendpoint_config(upstream, mode, access_log, followups)
+    path.write_text(json.dumps(config, indent=1))
     return path

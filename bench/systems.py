@@ -89,11 +89,13 @@ def mitm(upstream: str, port: int, root: Path) -> list[str]:
     ]
 
 
-def mendpoint(mode: str, access_log: bool = False, env: tuple[str, ...] = ()) -> Command:
+def mendpoint(
+    mode: str, access_log: bool = False, env: tuple[str, ...] = (), followups: bool = True
+) -> Command:
     """`env` (NAME=VALUE items) turns a lever off, for the A/B variants."""
 
     def command(upstream: str, port: int, root: Path) -> list[str]:
-        config = fixtures.write_mendpoint_config(root, upstream, mode, access_log)
+        config = fixtures.write_mendpoint_config(root, upstream, mode, access_log, followups)
         listen = f"127.0.0.1:{port}"
         argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
         return [*(["env", *env] if env else []), *argv, "--listen", listen]
@@ -102,6 +104,7 @@ def mendpoint(mode: str, access_log: bool = False, env: tuple[str, ...] = ()) ->
 
 
 # Lever A/B variants: measured only when named with --systems (not in the default plan).
+FOLLOWUPS_OFF = "mendpoint-additive[followups-off]"
 VARIANTS = {
     "mendpoint-additive[asyncio]": ("MENDPOINT_LOOP=asyncio",),
     "mendpoint-additive[gc-default]": ("MENDPOINT_GC=default",),
@@ -119,6 +122,7 @@ def systems() -> dict[str, Command | None]:
     table["mendpoint-additive+log"] = mendpoint("additive", access_log=True)
     for name, env in VARIANTS.items():
         table[name] = mendpoint("additive", env=env)
+    table[FOLLOWUPS_OFF] = mendpoint("additive", followups=False)
     for name in MCP_ONLY:
         table[name] = None  # MCP workloads only; their commands are in bench/mcp_bench.py
     return table

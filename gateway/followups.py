@@ -52,12 +52,12 @@ WASTED = (Outcome.RETRIED_UNCHANGED, Outcome.RETRIED_TOO_EARLY)
 
 def digest(*parts: bytes | str) -> str:
     """A short, collision-resistant name for a tuple of values (16 bytes of BLAKE2b)."""
-    hasher = hashlib.blake2b(digest_size=16)
+    chunks = []
     for part in parts:
         data = part.encode("utf-8", "surrogateescape") if isinstance(part, str) else part
-        hasher.update(len(data).to_bytes(8, "big"))
-        hasher.update(data)
-    return hasher.hexdigest()
+        chunks.append(len(data).to_bytes(4, "big"))
+        chunks.append(data)
+    return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +151,7 @@ class FollowupBook:
         self._open: OrderedDict[str, OpenFailure] = OrderedDict()
         self._routes: Counter[str] = Counter()
         self._stats: dict[tuple[str, str], CodeStats] = {}
+        self._counters: dict[tuple[str, str, str], Any] = {}
 
     @property
     def enabled(self) -> bool:
@@ -188,7 +189,8 @@ class FollowupBook:
             self._count(followed, outcome)
             if answered.status < 400:
                 self._observe_recovery(followed, now)
-            self._send({"op": "close", "key": attempt.key, "request_id": followed.request_id})
+            if self.publish is not None:
+                self.publish({"op": "close", "key": attempt.key, "request_id": followed.request_id})
             settled = Settled(followed.request_id, outcome)
         if answered.code is not None and answered.rule is not None:
             chain = followed.chain_started if settled is not None and followed else now
@@ -207,7 +209,8 @@ class FollowupBook:
             )
             self._stats_for(entry).failures += 1
             self._insert(entry)
-            self._send({"op": "open", "entry": asdict(entry)})
+            if self.publish is not None:
+                self.publish({"op": "open", "entry": asdict(entry)})
         return settled
 
     def sweep(self) -> int:
@@ -255,7 +258,11 @@ class FollowupBook:
 
     def _count(self, entry: OpenFailure, outcome: Outcome) -> None:
         self._stats_for(entry).outcomes[outcome.value] += 1
-        FOLLOWUPS.labels(route=entry.route, code=entry.code, outcome=outcome.value).inc()
+        labels = (entry.route, entry.code, outcome.value)
+        counter = self._counters.get(labels)
+        if counter is None:  # labels() validates and locks on every call: once per series
+            counter = self._counters[labels] = FOLLOWUPS.labels(*labels)
+        counter.inc()
 
     def _observe_recovery(self, entry: OpenFailure, now: float) -> None:
         seconds = max(0.0, now - entry.chain_started)
@@ -288,10 +295,6 @@ class FollowupBook:
             key = next(iter(self._open))
             entry = self._remove(key)
             FOLLOWUPS_EVICTED.labels(route=entry.route).inc()
-
-    def _send(self, event: dict[str, Any]) -> None:
-        if self.publish is not None:
-            self.publish(event)
 
 
 def rank(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
