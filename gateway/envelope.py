@@ -79,7 +79,7 @@ def advisory_headers(
 
 
 def error_object(failure: Failure, recovery: Recovery, request_id: str) -> dict[str, Any]:
-    return {
+    error: dict[str, Any] = {
         "code": failure.code,
         "message": failure.message,
         "retryable": failure.retryable,
@@ -91,6 +91,9 @@ def error_object(failure: Failure, recovery: Recovery, request_id: str) -> dict[
         "recoverable": failure.recoverable,
         "recovery_available": recovery.available,
     }
+    if failure.fields:  # only when the upstream named the fields at fault
+        error["fields"] = [f.to_json() for f in failure.fields]
+    return error
 
 
 def failure_object(failure: Failure) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation, Verdict
+from gateway.classify.observation import IDEMPOTENCY_KEY
 from gateway.classify.render_failure import parse_retry_after
 from gateway.config.loaded import LoadedConfig
 from gateway.envelope import Exchange, Rendering, render
@@ -38,6 +39,8 @@ class Sample:
     jsonrpc_code: int | None = None
     is_mcp: bool = False
     """An MCP failure: `body` is a tool error's text or a JSON-RPC error object."""
+    request_headers: CIMultiDict[str] = field(default_factory=CIMultiDict)
+    """What the caller sent (an `Idempotency-Key` changes what may be retried)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,7 @@ def explain(
         body=body,
         content_type=sample.headers.get("Content-Type", ""),
         idempotent=sample.method.upper() in route.idempotent,
+        idempotency_key=IDEMPOTENCY_KEY in sample.request_headers,
         tool=""
         if sample.is_mcp and sample.tool is None and sample.jsonrpc_code is None
         else sample.tool,

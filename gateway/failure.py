@@ -72,6 +72,17 @@ _UNSENT = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class FieldError:
+    """One field the upstream named as at fault (`error.fields`, docs/rules.md#fields)."""
+
+    field: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     """A classified failure: the ladder fields of SPEC §1 plus where the verdict came from."""
 
@@ -86,6 +97,8 @@ class Failure:
     recovery_intent: str | None
     rule_id: str
     from_default_rule: bool
+    fields: tuple[FieldError, ...] = ()
+    """Present only when the upstream named the fields at fault."""
 
     @property
     def recoverable(self) -> bool:

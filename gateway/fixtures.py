@@ -27,18 +27,42 @@ from gateway.failure import NO_RECOVERY, Category, TransportKind
 class FixtureRequest(Strict):
     method: str = "GET"
     path: str = "/"
+    headers: dict[str, str] = Field(default_factory=dict)
 
 
 class FixtureResponse(Strict):
+    """What the upstream answered: a raw `body` string, or `json` sent compact.
+
+    `json` is serialised as frameworks send it (no spaces after `,` and `:`), so a regex
+    copied from real traffic matches the fixture too. `content_type` sets Content-Type
+    (default `application/json` for `json`) unless `headers` already does.
+    """
+
     status: int = Field(ge=100, le=599)
     headers: dict[str, str] = Field(default_factory=dict)
+    content_type: str | None = None
     body: str | None = None
     json_: Any = Field(default=None, alias="json")
 
+    @model_validator(mode="after")
+    def _one_body(self) -> FixtureResponse:
+        if self.body is not None and "json_" in self.model_fields_set:
+            raise ValueError("give either body (raw text) or json, not both")
+        return self
+
     def body_bytes(self) -> bytes:
-        if self.json_ is not None:
-            return json.dumps(self.json_).encode()
+        if "json_" in self.model_fields_set:
+            return json.dumps(self.json_, ensure_ascii=False, separators=(",", ":")).encode()
         return (self.body or "").encode()
+
+    def header_map(self) -> CIMultiDict[str]:
+        headers = CIMultiDict(self.headers)
+        content_type = self.content_type
+        if content_type is None and "json_" in self.model_fields_set:
+            content_type = "application/json"
+        if content_type is not None and "Content-Type" not in headers:
+            headers["Content-Type"] = content_type
+        return headers
 
 
 class FixtureRpcError(Strict):
@@ -62,8 +86,14 @@ class FixtureMcp(Strict):
 
     def body_bytes(self) -> bytes:
         if self.error is not None:
-            return json.dumps(self.error.model_dump(exclude_unset=True)).encode()
+            error = self.error.model_dump(exclude_unset=True)
+            return json.dumps(error, ensure_ascii=False, separators=(",", ":")).encode()
         return (self.text or "").encode()
+
+
+class FixtureField(Strict):
+    field: str
+    message: str
 
 
 class FixtureExpect(Strict):
@@ -76,7 +106,9 @@ class FixtureExpect(Strict):
     retry_after_ms: int | None = None
     fix_required: str | None = None
     fix_command: str | None = None
+    suggestion: str | None = None
     recoverable: bool | None = None
+    fields: list[FixtureField] | None = None
 
 
 class FixtureCase(Strict):
@@ -127,12 +159,13 @@ def _run_case(loaded: LoadedConfig, case: FixtureCase, classifier: Classifier) -
         method=case.request.method if mcp is None else "POST",
         path=case.request.path,
         status=response.status if response else None,
-        headers=CIMultiDict(response.headers if response else {}),
+        headers=response.header_map() if response else CIMultiDict(),
         body=body,
         transport=case.transport,
         tool=mcp.tool if mcp else None,
         jsonrpc_code=mcp.error.code if mcp and mcp.error else None,
         is_mcp=mcp is not None,
+        request_headers=CIMultiDict(case.request.headers),
     )
     result = explain(loaded, sample, classifier=classifier)
     expect = case.expect
@@ -146,6 +179,7 @@ def _run_case(loaded: LoadedConfig, case: FixtureCase, classifier: Classifier) -
         **failure_object(failure),
         "rule": result.verdict.rule.id,
     }
+    actual.setdefault("fields", [])
     mismatches = []
     for key, wanted in expect.model_dump(exclude_unset=True, exclude={"matched"}).items():
         got = actual[key]

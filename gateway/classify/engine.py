@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from gateway.classify.observation import Observation
 from gateway.classify.render_failure import build_failure
 from gateway.classify.rules import CompiledRule, compile_rule
+from gateway.config.jsonpath import parse_json_path
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import Failure, TransportKind
 
@@ -38,7 +39,10 @@ class Classifier:
     def __init__(self, loaded: LoadedConfig) -> None:
         self.rules = tuple(compile_rule(r, i) for i, r in enumerate(loaded.rules))
         self.commands = {cid: c.spec.run for cid, c in loaded.commands.items()}
-        self.message_paths = tuple(loaded.config.message_paths)
+        config = loaded.config
+        self.message_paths = tuple(
+            parse_json_path(p) for p in (*config.extra_message_paths, *config.message_paths)
+        )
         self.regex_timeout_s = loaded.config.limits.regex_timeout_ms / 1000
         self.budget_s = loaded.config.enrich_budget_ms / 1000
         self._by_status = _index_statuses(self.rules)

@@ -14,6 +14,8 @@ from typing import Any
 from gateway.failure import TransportKind
 
 _UNSET: Any = object()
+IDEMPOTENCY_KEY = "Idempotency-Key"
+"""The request header by which a caller declares a request safe to repeat (IETF draft)."""
 
 
 @dataclass(slots=True)
@@ -29,10 +31,17 @@ class Observation:
     body: bytes | None = None
     content_type: str = ""
     idempotent: bool = True
+    idempotency_key: bool = False
+    """The caller sent an `Idempotency-Key`: it declared that repeating the request is safe."""
     tool: str | None = None
     jsonrpc_code: int | None = None
     _text: Any = field(default=_UNSET, repr=False)
     _json: Any = field(default=_UNSET, repr=False)
+
+    @property
+    def replay_safe(self) -> bool:
+        """The identical request may be sent again: an idempotent method, or a key."""
+        return self.idempotent or self.idempotency_key
 
     @property
     def text(self) -> str | None:

@@ -12,11 +12,14 @@ import math
 import time
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import regex
 
+from gateway.classify.fields import extract_fields, summary
 from gateway.classify.observation import Observation, json_path_get, split_json_path
+from gateway.classify.text import clean_text
+from gateway.config.jsonpath import JsonPath
 from gateway.config.models import RetryAfterSpec
 from gateway.failure import Failure
 
@@ -26,8 +29,7 @@ if TYPE_CHECKING:
 CAPTURE_LIMIT = 200
 MESSAGE_LIMIT = 1000
 MAX_RETRY_AFTER_MS = 24 * 3600 * 1000
-_CONTROL = regex.compile(r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]+")
-_SPACES = regex.compile(r"\s+")
+UPSTREAM_MESSAGE_PARTS = 10  # a wildcard message path joins at most this many strings
 
 
 def build_failure(
@@ -35,20 +37,24 @@ def build_failure(
     obs: Observation,
     captures: Mapping[str, str],
     commands: Mapping[str, str],
-    message_paths: tuple[str, ...],
+    message_paths: tuple[JsonPath, ...],
 ) -> Failure:
     error = rule.error
     values = {k: clean_text(v, CAPTURE_LIMIT) for k, v in captures.items()}
     values.update(
         status=str(obs.status or ""), method=obs.method, path=clean_text(obs.path, CAPTURE_LIMIT)
     )
+    fields, total = extract_fields(rule.fields, obs.json) if rule.fields else ((), 0)
+    if rule.fields:
+        values["fields"] = summary(fields, total)
     retryable = error.retryable and not _may_repeat_side_effect(rule, obs)
     retry_after = _retry_after_ms(error.retry_after_ms, obs, captures) if retryable else None
-    message = (
-        error.message.format_map(values)
-        if error.message is not None
-        else upstream_message(obs, message_paths)
-    )
+    if error.message is not None:
+        message = error.message.format_map(values)
+    elif fields:
+        message = values["fields"]  # a message that names every field it can
+    else:
+        message = upstream_message(obs, message_paths)
     return Failure(
         code=error.code,
         category=error.category,
@@ -61,28 +67,21 @@ def build_failure(
         recovery_intent=error.recovery_intent,
         rule_id=rule.id,
         from_default_rule=rule.is_default,
+        fields=fields,
     )
 
 
-def clean_text(value: str, limit: int) -> str:
-    """Untrusted text made safe to show: control/format characters out, spaces folded, cut."""
-    if value.isprintable() and "  " not in value:
-        # Printable means no Cc/Cf/Zl/Zp and no whitespace but the ASCII space, so the two
-        # substitutions below would change nothing: skip them (most text, on every error).
-        text = value.strip()
-    else:
-        text = _SPACES.sub(" ", _CONTROL.sub(" ", value)).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> str:
+    """The upstream's own message at the first configured JSON path holding a string.
 
-
-def upstream_message(obs: Observation, message_paths: tuple[str, ...]) -> str:
-    """The upstream's own message at the first configured JSON path holding a string."""
+    A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ".
+    """
     body = obs.json
-    if isinstance(body, dict):
+    if isinstance(body, dict | list):
         for path in message_paths:
-            value = json_path_get(body, split_json_path(path))
-            if isinstance(value, str) and value.strip():
-                return str(value)
+            found = _message_at(path, body)
+            if found:
+                return found
     if obs.tool is not None and obs.jsonrpc_code is None and obs.text and obs.text.strip():
         return obs.text  # an MCP tool error: its text items are the server's own message
     if obs.transport is not None:
@@ -93,6 +92,19 @@ def upstream_message(obs: Observation, message_paths: tuple[str, ...]) -> str:
         except ValueError:
             return f"HTTP {obs.status}"
     return "Request failed"
+
+
+def _message_at(path: JsonPath, body: Any) -> str | None:
+    if path.literal:
+        value = path.get(body)
+        return value if isinstance(value, str) and value.strip() else None
+    texts: list[str] = []
+    for value, _ in path.find(body):
+        if isinstance(value, str) and value.strip() and value not in texts:
+            texts.append(value.strip())
+            if len(texts) == UPSTREAM_MESSAGE_PARTS:
+                break
+    return "; ".join(texts) or None
 
 
 _TRANSPORT_MESSAGES = {
@@ -106,8 +118,12 @@ _TRANSPORT_MESSAGES = {
 
 
 def _may_repeat_side_effect(rule: CompiledRule, obs: Observation) -> bool:
-    """A non-idempotent request that may have reached the upstream is never retryable."""
-    if obs.idempotent or rule.error.side_effect_free:
+    """A non-idempotent request that may have reached the upstream is never retryable.
+
+    Unless the caller sent an `Idempotency-Key`: it declared the identical request safe to
+    repeat (docs/rules.md#side-effects).
+    """
+    if obs.replay_safe or rule.error.side_effect_free:
         return False
     return obs.transport is None or not obs.transport.request_unsent
 

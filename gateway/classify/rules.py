@@ -13,15 +13,50 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.classify.observation import Observation, json_path_get, split_json_path
+from gateway.classify.fields import FieldSource
+from gateway.classify.observation import Observation
+from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.loaded import SourcedRule
-from gateway.config.models import ErrorSpec
+from gateway.config.models import ErrorSpec, JsonMatch
 from gateway.config.patterns import Pattern, compile_glob, compile_regex, parse_status
 from gateway.failure import TransportKind
 
 log = logging.getLogger("mendpoint.classify")
 
 Captures = dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonCondition:
+    """One compiled `json:` condition: a path and what a value reached there must satisfy."""
+
+    path: JsonPath
+    regex: Pattern | None
+    equals: Any
+
+    def first_match(
+        self, body: Any, timeout: float, rule_id: str, deadline: float
+    ) -> Captures | None:
+        """Captures of the first value that satisfies the condition (wildcards: any value)."""
+        if self.path.literal:
+            value = self.path.get(body)
+            return None if value is None else self._test(value, {}, timeout, rule_id, deadline)
+        for value, bound in self.path.find(body):
+            found = self._test(value, bound, timeout, rule_id, deadline)
+            if found is not None:
+                return found
+        return None
+
+    def _test(
+        self, value: Any, bound: Captures, timeout: float, rule_id: str, deadline: float
+    ) -> Captures | None:
+        if self.equals is not None and value != self.equals:
+            return None
+        if self.regex is None:
+            return dict(bound)
+        text = value if isinstance(value, str) else _scalar_text(value)
+        found = None if text is None else _search(self.regex, text, timeout, rule_id, deadline)
+        return None if found is None else {**bound, **_named(found)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +74,12 @@ class CompiledRule:
     path: Pattern | None
     path_segment: str | None  # the glob's literal first segment, for the engine's index
     headers: tuple[tuple[str, Pattern], ...]
-    json_path: tuple[str | int, ...] | None
-    json_regex: Pattern | None
-    json_equals: Any
+    json: tuple[JsonCondition, ...]
     body: Pattern | None
     tool: Pattern | None
     jsonrpc_code: int | None
+    idempotent: bool | None = None
+    fields: tuple[FieldSource, ...] = ()
 
     @property
     def unconditional(self) -> bool:
@@ -54,10 +89,11 @@ class CompiledRule:
             and self.methods is None
             and self.path is None
             and not self.headers
-            and self.json_path is None
+            and not self.json
             and self.body is None
             and self.tool is None
             and self.jsonrpc_code is None
+            and self.idempotent is None
         )
 
     def matches(
@@ -74,6 +110,8 @@ class CompiledRule:
             return None
         if self.jsonrpc_code is not None and obs.jsonrpc_code != self.jsonrpc_code:
             return None
+        if self.idempotent is not None and obs.replay_safe != self.idempotent:
+            return None
         for name, pattern in self.headers:
             value = obs.headers.get(name)
             found = (
@@ -84,10 +122,13 @@ class CompiledRule:
             if found is None:
                 return None
         captures: Captures = {}
-        if self.json_path is not None and not self._json_matches(
-            obs, regex_timeout_s, captures, deadline
-        ):
-            return None
+        if self.json:
+            body = obs.json
+            for condition in self.json:
+                found = condition.first_match(body, regex_timeout_s, self.id, deadline)
+                if found is None:
+                    return None
+                captures.update(found)
         if self.body is not None:
             text = obs.text
             found = (
@@ -100,30 +141,10 @@ class CompiledRule:
             captures.update(_named(found))
         return captures
 
-    def _json_matches(
-        self, obs: Observation, timeout: float, captures: Captures, deadline: float
-    ) -> bool:
-        assert self.json_path is not None
-        value = json_path_get(obs.json, self.json_path)
-        if value is None:
-            return False
-        if self.json_equals is not None and value != self.json_equals:
-            return False
-        if self.json_regex is not None:
-            text = value if isinstance(value, str) else _scalar_text(value)
-            found = (
-                None if text is None else _search(self.json_regex, text, timeout, self.id, deadline)
-            )
-            if found is None:
-                return False
-            captures.update(_named(found))
-        return True
-
 
 def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
     """Compile a validated rule; validation has already proven every pattern compiles."""
     spec, match = sourced.spec, sourced.spec.match
-    json_spec = match.json_
     return CompiledRule(
         id=spec.id,
         order=order,
@@ -138,12 +159,20 @@ def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
         path=compile_glob(match.path) if match.path is not None else None,
         path_segment=literal_first_segment(match.path),
         headers=tuple((n, compile_regex(p)) for n, p in (match.headers or {}).items()),
-        json_path=split_json_path(json_spec.path) if json_spec else None,
-        json_regex=compile_regex(json_spec.regex) if json_spec and json_spec.regex else None,
-        json_equals=json_spec.equals if json_spec else None,
+        json=tuple(_json_condition(c) for c in match.json_conditions),
         body=compile_regex(match.body) if match.body is not None else None,
         tool=compile_glob(match.mcp.tool, "") if match.mcp and match.mcp.tool else None,
         jsonrpc_code=match.mcp.jsonrpc_code if match.mcp else None,
+        idempotent=match.idempotent,
+        fields=tuple(FieldSource.compile(f) for f in spec.error.fields_specs),
+    )
+
+
+def _json_condition(spec: JsonMatch) -> JsonCondition:
+    return JsonCondition(
+        path=parse_json_path(spec.path),
+        regex=compile_regex(spec.regex) if spec.regex else None,
+        equals=spec.equals,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gateway.config.jsonpath import parse_json_path
 from gateway.failure import Category, Mode, TransportKind
 from gateway.trust import parse_network
 
@@ -36,10 +37,20 @@ class CommandSpec(Strict):
     description: str | None = None
 
 
+def _json_path(value: str | None) -> str | None:
+    if value is not None:
+        parse_json_path(value)
+    return value
+
+
 class JsonMatch(Strict):
+    """One condition on the JSON body; with wildcards in `path`, any value reached may match."""
+
     path: str = Field(min_length=1)
     regex: str | None = None
     equals: str | int | float | bool | None = None
+
+    _path = field_validator("path")(_json_path)
 
 
 class McpMatch(Strict):
@@ -58,12 +69,32 @@ class MatchSpec(Strict):
     status: list[StatusSpec] | None = Field(default=None, min_length=1)
     path: str | None = None
     headers: dict[str, str] | None = None
-    json_: JsonMatch | None = Field(default=None, alias="json")
+    # One condition, or a list of them that must all hold.
+    json_: JsonMatch | list[JsonMatch] | None = Field(default=None, alias="json")
     body: str | None = None
     mcp: McpMatch | None = None
     transport: list[TransportKind] | None = Field(default=None, min_length=1)
+    # true: the request may be repeated (its method is idempotent on the route, or the
+    # caller sent an Idempotency-Key); false: it may not.
+    idempotent: bool | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("json_")
+    @classmethod
+    def _some_json(
+        cls, value: JsonMatch | list[JsonMatch] | None
+    ) -> JsonMatch | list[JsonMatch] | None:
+        if isinstance(value, list) and not value:
+            raise ValueError("give at least one condition (an empty list would match anything)")
+        return value
+
+    @property
+    def json_conditions(self) -> tuple[JsonMatch, ...]:
+        """The `json:` conditions as a tuple, whichever form was written."""
+        if self.json_ is None:
+            return ()
+        return tuple(self.json_) if isinstance(self.json_, list) else (self.json_,)
 
     @field_validator("methods")
     @classmethod
@@ -90,9 +121,12 @@ class MatchSpec(Strict):
 class RetryAfterSpec(Strict):
     """Where to find the retry delay; the first source present wins, then `default`.
 
-    `capture` names a named group of the rule's regexes holding a duration as a server wrote
-    it ("30 seconds", "12s", "500 ms", "2 minutes"; a bare number is in `unit`): MCP servers
-    turn an API's 429 into text, and this is where its timing survives.
+    `header` and `json` are read first, then `capture`; then, unless `hints: false`, the
+    standard hints (Retry-After, retry-after-ms, AIP-193 RetryInfo, RateLimit,
+    x-ratelimit-reset). `capture` names a named group of the rule's regexes holding a
+    duration as a server wrote it ("30 seconds", "12s", "500 ms", "2 minutes"; a bare number
+    is in `unit`): MCP servers turn an API's 429 into text, and this is where its timing
+    survives.
     """
 
     header: str | None = None
@@ -100,8 +134,26 @@ class RetryAfterSpec(Strict):
     capture: str | None = Field(default=None, min_length=1)
     unit: Literal["s", "ms"] = "s"
     default: int | None = Field(default=None, ge=0)
+    hints: bool = True
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    _path = field_validator("json_")(_json_path)
+
+
+class FieldsSpec(Strict):
+    """Where the upstream names the fields at fault: one `error.fields` entry per `each`.
+
+    `field` and `message` are paths inside each item; without `field` the object keys the
+    wildcards of `each` visited name the field (DRF's `{"name": ["…"]}`), and without
+    `message` the item itself is the message.
+    """
+
+    each: str
+    field: str | None = None
+    message: str | None = None
+
+    _paths = field_validator("each", "field", "message")(_json_path)
 
 
 class ErrorSpec(Strict):
@@ -117,6 +169,15 @@ class ErrorSpec(Strict):
     suggestion: str | None = Field(default=None, max_length=1000)
     recovery_intent: str | None = None
     side_effect_free: bool = False
+    # Where the upstream names fields (one spec, or several tried in order until one finds
+    # some); the failure then carries `error.fields` and, without a `message`, names them.
+    fields: FieldsSpec | list[FieldsSpec] | None = None
+
+    @property
+    def fields_specs(self) -> tuple[FieldsSpec, ...]:
+        if self.fields is None:
+            return ()
+        return tuple(self.fields) if isinstance(self.fields, list) else (self.fields,)
 
     @field_validator("code")
     @classmethod
@@ -370,6 +431,14 @@ class HeadersSpec(Strict):
 
 
 MAX_WORKERS = 1024
+DEFAULT_MESSAGE_PATHS = (
+    "error.message",
+    "message",
+    "detail",
+    "error_description",
+    "title",
+    "error",
+)
 
 
 def _network(value: str) -> str:
@@ -402,21 +471,22 @@ class GatewayConfig(Strict):
     followups: FollowupsSpec = Field(default_factory=FollowupsSpec)
     log: LogSpec = Field(default_factory=LogSpec)
     shutdown: ShutdownSpec = Field(default_factory=ShutdownSpec)
-    message_paths: list[str] = Field(
-        default_factory=lambda: [
-            "error.message",
-            "message",
-            "detail",
-            "error_description",
-            "title",
-            "error",
-        ]
-    )
+    # Where the upstream's own message is looked for, in order: `extra_message_paths`
+    # first, then `message_paths` (giving `message_paths` replaces these defaults).
+    message_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_MESSAGE_PATHS))
+    extra_message_paths: list[str] = Field(default_factory=list)
     rules: list[RuleSpec] = Field(default_factory=list)
     commands: dict[str, CommandSpec] = Field(default_factory=dict)
     companions: list[str] | None = None
     skills: list[SkillSpec] = Field(default_factory=list)
     policies: list[PolicySpec] = Field(default_factory=list)
+
+    @field_validator("message_paths", "extra_message_paths")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            parse_json_path(path)
+        return value
 
     @field_validator("listen", "admin")
     @classmethod

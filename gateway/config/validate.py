@@ -10,6 +10,7 @@ from __future__ import annotations
 import regex
 
 from gateway.config.errors import Problem
+from gateway.config.jsonpath import parse_json_path
 from gateway.config.loaded import BUILTIN_PREFIX, LoadedConfig, Sourced
 from gateway.config.models import RetryAfterSpec, RuleSpec
 from gateway.config.patterns import compile_regex, parse_status, placeholders
@@ -173,6 +174,10 @@ def rule_problems(
             captures.update(compile_regex(pattern).groupindex)
         except regex.error as exc:
             out.append((field, f"invalid regex {pattern!r}: {exc}"))
+    for condition in match.json_conditions:  # paths parsed already when the model validated
+        captures.update(parse_json_path(condition.path).names)
+    if error.fields is not None:
+        captures.add("fields")
     for index, status in enumerate(match.status or []):
         try:
             parse_status(status)
@@ -206,7 +211,8 @@ def rule_problems(
                 (
                     ("error", field_name),
                     f"placeholder(s) {missing} match no named capture "
-                    f"of this rule's regexes (or status, method, path)",
+                    f"of this rule's regexes or json paths (or status, method, path, "
+                    f"and fields when the rule has fields:)",
                 )
             )
     retry_capture = (
@@ -238,8 +244,11 @@ def _regexes(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
     found: list[tuple[tuple[str | int, ...], str]] = []
     if match.body is not None:
         found.append((("match", "body"), match.body))
-    if match.json_ is not None and match.json_.regex is not None:
-        found.append((("match", "json", "regex"), match.json_.regex))
+    listed = isinstance(match.json_, list)
+    for index, condition in enumerate(match.json_conditions):
+        if condition.regex is not None:
+            at: tuple[str | int, ...] = ("match", "json", index) if listed else ("match", "json")
+            found.append(((*at, "regex"), condition.regex))
     for name, pattern in (match.headers or {}).items():
         found.append((("match", "headers", name), pattern))
     return found
@@ -281,6 +290,8 @@ def _class_problems(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
 
 def _may_match_after_send(rule: RuleSpec) -> bool:
     match = rule.match
+    if match.idempotent:
+        return False  # only requests that may be repeated: idempotent, or with a key
     methods = set(match.methods) if match.methods is not None else NON_IDEMPOTENT
     if not methods & NON_IDEMPOTENT:
         return False

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.classify import Observation
+from gateway.classify.observation import IDEMPOTENCY_KEY
 from gateway.failure import Mode
 from gateway.logs import AccessRecord
 from gateway.observe import FALLBACKS, FallbackReason
@@ -88,6 +89,7 @@ class RequestContext:
             method=method,
             path=self.request.path,
             idempotent=method in self.route.idempotent,
+            idempotency_key=IDEMPOTENCY_KEY in self.request.headers,
             **fields,  # type: ignore[arg-type]
         )
 

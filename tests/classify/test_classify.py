@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation
-from gateway.classify.render_failure import _CONTROL, _SPACES, clean_text, parse_duration_ms
+from gateway.classify.render_failure import parse_duration_ms
+from gateway.classify.text import _CONTROL, _SPACES, clean_text
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.failure import TransportKind

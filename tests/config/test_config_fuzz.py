@@ -132,8 +132,8 @@ def test_quoted_and_yaml12_spellings_still_load(tmp_path: Path) -> None:
         "resolver: {budget_ms: 10}\n"
     )
     loaded = load_config(str(path))
-    assert loaded.rules[0].spec.match.json_ is not None
-    assert loaded.rules[0].spec.match.json_.equals == "NO"
+    [condition] = loaded.rules[0].spec.match.json_conditions
+    assert condition.equals == "NO"
 
 
 # --- the fuzz target -----------------------------------------------------------------------
