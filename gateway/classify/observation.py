@@ -69,23 +69,3 @@ def _parse_json(text: str | None) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):
         return None
-
-
-def json_path_get(value: Any, path: tuple[str | int, ...]) -> Any:
-    """Follow a dotted path (numeric segments index lists); None when any step is missing."""
-    current = value
-    for segment in path:
-        if isinstance(current, dict):
-            current = current.get(str(segment))
-        elif isinstance(current, list) and isinstance(segment, int):
-            if not -len(current) <= segment < len(current):
-                return None
-            current = current[segment]
-        else:
-            return None
-    return current
-
-
-def split_json_path(path: str) -> tuple[str | int, ...]:
-    """`"detail.0.msg"` → `("detail", 0, "msg")`."""
-    return tuple(int(p) if p.lstrip("-").isdigit() else p for p in path.split("."))

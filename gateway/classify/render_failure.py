@@ -7,19 +7,16 @@ which is looked up in the registry by id.
 
 from __future__ import annotations
 
-import email.utils
 import math
-import time
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-import regex
-
 from gateway.classify.fields import extract_fields, summary
-from gateway.classify.observation import Observation, json_path_get, split_json_path
+from gateway.classify.observation import Observation
+from gateway.classify.retry_hints import hinted_delay_ms, parse_duration_ms, parse_retry_after
 from gateway.classify.text import clean_text
-from gateway.config.jsonpath import JsonPath
+from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.models import RetryAfterSpec
 from gateway.failure import Failure
 
@@ -137,49 +134,16 @@ def _retry_after_ms(
     if spec.header is not None:
         found = parse_retry_after(obs.headers.get(spec.header))
     if found is None and spec.json_ is not None:
-        value = json_path_get(obs.json, split_json_path(spec.json_))
+        value = parse_json_path(spec.json_).get(obs.json)
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
             found = value * 1000 if spec.unit == "s" else value
     if found is None and spec.capture is not None:
         found = parse_duration_ms(captures.get(spec.capture), spec.unit)
+    if found is None and spec.hints:
+        found = hinted_delay_ms(obs)
     if found is None:
         return spec.default
     return min(math.ceil(found), MAX_RETRY_AFTER_MS)
-
-
-_DURATION = regex.compile(
-    r"(?i)^\s*(?P<n>\d{1,9}(?:\.\d{1,6})?)\s*"
-    r"(?P<unit>ms|msecs?|millis(?:econds?)?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)?\.?\s*$"
-)
-_UNIT_MS = {"s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
-
-
-def parse_duration_ms(value: str | None, unit: str = "s") -> float | None:
-    """A duration as people write it ("30 seconds", "12s", "500 ms", "2 minutes", "1.5h") in
-    milliseconds; a bare number is in `unit` (s or ms). None when it is not one."""
-    found = _DURATION.match(value) if value is not None else None
-    if found is None:
-        return None
-    word = (found["unit"] or unit).lower()
-    scale = 1.0 if word.startswith(("ms", "mil")) else _UNIT_MS[word[0]]
-    return float(found["n"]) * scale
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """`Retry-After` as milliseconds: delay-seconds or an HTTP-date; None if unparseable."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return int(value) * 1000.0
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    delta = when.timestamp() - (time.time() if now is None else now)
-    return max(delta, 0.0) * 1000.0
 
 
 __all__ = [

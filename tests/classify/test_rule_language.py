@@ -16,7 +16,8 @@ from gateway.classify import Classifier, Observation
 from gateway.classify.fields import MAX_FIELDS
 from gateway.config.errors import ConfigError
 from gateway.config.jsonpath import MAX_VISITS, Wild, parse_json_path
-from gateway.config.loader import LoadedConfig, load_config
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
 from gateway.fixtures import load_fixtures, run_fixtures
 from tests.support.gateway import StartGateway, StartUpstream, route_config
 
