@@ -13,6 +13,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from gateway.classify.fields import extract_fields, summary
+from gateway.classify.html_message import html_message, looks_like_html
 from gateway.classify.observation import Observation
 from gateway.classify.retry_hints import hinted_delay_ms, parse_duration_ms, parse_retry_after
 from gateway.classify.text import clean_text
@@ -71,7 +72,8 @@ def build_failure(
 def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> str:
     """The upstream's own message at the first configured JSON path holding a string.
 
-    A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ".
+    A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". An
+    HTML error page gives its heading and first paragraph (`html_message`).
     """
     body = obs.json
     if isinstance(body, dict | list):
@@ -79,6 +81,11 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
             found = _message_at(path, body)
             if found:
                 return found
+    text = obs.text
+    if text and body is None and looks_like_html(obs.content_type, text):
+        page = html_message(text)
+        if page:
+            return page
     if obs.tool is not None and obs.jsonrpc_code is None and obs.text and obs.text.strip():
         return obs.text  # an MCP tool error: its text items are the server's own message
     if obs.transport is not None:

@@ -1,0 +1,183 @@
+"""HTML error pages give their message from the page, never their scripts, traces or paths.
+
+The pages follow the frameworks' own templates: Werkzeug's `HTTPException.get_body` and its
+debugger page, Django's `technical_500.html` summary and default 404, Express's
+`finalhandler` page (development and production), and nginx's built-in error page.
+"""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.classify import Classifier, Observation
+from gateway.classify.html_message import html_message, scrub
+from gateway.config.loader import embedded_config
+from tests.support.gateway import StartGateway, StartUpstream, route_config
+
+FLASK_ABORT = """<!doctype html>
+<html lang=en>
+<title>400 Bad Request</title>
+<h1>Bad Request</h1>
+<p>Quantity must be a positive integer &amp; &lt;= 10</p>
+"""
+FLASK_404 = """<!doctype html>
+<html lang=en>
+<title>404 Not Found</title>
+<h1>Not Found</h1>
+<p>The requested URL was not found on the server. If you entered the URL manually please \
+check your spelling and try again.</p>
+"""
+WERKZEUG_DEBUGGER = """<!doctype html>
+<html lang=en><head><title>ValueError: boom // Werkzeug Debugger</title>
+<link rel="stylesheet" href="?__debugger__=yes&amp;cmd=resource&amp;f=style.css">
+<script>var CONSOLE_MODE = false, EVALEX = true, SECRET = "Xy12secret";</script></head>
+<body style="background-color: #fff"><div class="debugger">
+<h1>ValueError</h1>
+<div class="detail"><p class="errormsg">ValueError: boom</p></div>
+<h2 class="traceback">Traceback <em>(most recent call last)</em></h2>
+<div class="traceback"><ul><li><div class="frame" id="frame-1">
+<h4>File <cite class="filename">"/home/deploy/app/views.py"</cite>, line <em>9</em></h4>
+</div></li></ul></div></div></body></html>"""
+DJANGO_DEBUG = """<!DOCTYPE html><html lang="en"><head>
+<meta http-equiv="content-type" content="text/html; charset=utf-8">
+<title>ValueError at /orders/</title>
+<style>html * { padding:0; margin:0; }</style>
+<script>function hideAll(elems) { /* <p>not text</p> */ }</script></head>
+<body><div id="summary">
+<h1>ValueError at /orders/</h1>
+<pre class="exception_value">quantity must be positive</pre>
+<table class="meta"><tr><th>Exception Location:</th><td><span class="fname">\
+/usr/local/lib/python3.11/site-packages/django/core/handlers/base.py</span>, line 197</td>\
+</tr></table></div>
+<div id="traceback"><p>Traceback (most recent call last):
+  File "/srv/shop/orders/views.py", line 12, in create</p></div></body></html>"""
+DJANGO_404 = """<!doctype html>
+<html lang="en"><head><title>Not Found</title></head>
+<body><h1>Not Found</h1><p>The requested resource was not found on this server.</p>
+</body></html>"""
+EXPRESS_DEV = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Error</title>
+</head>
+<body>
+<pre>Error: out of stock<br> &nbsp; &nbsp;at /srv/shop/app.js:14:11<br> &nbsp; &nbsp;at \
+Layer.handle [as handle_request] (/srv/shop/node_modules/express/lib/router/layer.js:95:5)\
+</pre>
+</body>
+</html>
+"""
+EXPRESS_404 = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Error</title>
+</head>
+<body>
+<pre>Cannot POST /v1/orders</pre>
+</body>
+</html>
+"""
+NGINX_502 = (
+    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.25.3</center>\r\n"
+    "</body>\r\n</html>\r\n"
+)
+
+PAGES = {
+    "flask-abort": (FLASK_ABORT, "Bad Request: Quantity must be a positive integer & <= 10"),
+    "flask-404": (
+        FLASK_404,
+        "Not Found: The requested URL was not found on the server. If you entered the URL "
+        "manually please check your spelling and try again.",
+    ),
+    "werkzeug-debugger": (WERKZEUG_DEBUGGER, "ValueError: boom"),
+    "django-debug": (DJANGO_DEBUG, "ValueError at /orders/: quantity must be positive"),
+    "django-404": (DJANGO_404, "Not Found: The requested resource was not found on this server."),
+    "express-dev": (EXPRESS_DEV, "Error: out of stock"),
+    "express-404": (EXPRESS_404, "Cannot POST /v1/orders"),
+    "nginx-502": (NGINX_502, "502 Bad Gateway"),
+}
+LEAKS = ("secret", "/home/", "/srv/", "site-packages", "node_modules", ".py", ".js", "Traceback")
+
+
+@pytest.mark.parametrize(("page", "expected"), PAGES.values(), ids=PAGES)
+def test_the_page_gives_its_message(page: str, expected: str) -> None:
+    message = html_message(page)
+    assert message == expected
+    assert not any(leak.lower() in message.lower() for leak in LEAKS)
+
+
+@pytest.mark.parametrize(("page", "expected"), PAGES.values(), ids=PAGES)
+def test_the_shipped_defaults_use_it(page: str, expected: str) -> None:
+    classifier = Classifier(embedded_config("http://127.0.0.1:9"))
+    obs = Observation(
+        route="default",
+        method="GET",
+        path="/x",
+        status=500,
+        body=page.encode(),
+        content_type="text/html; charset=utf-8",
+    )
+    verdict = classifier.classify(obs)
+    assert verdict is not None and verdict.failure.message == expected
+
+
+def test_html_is_recognised_without_a_content_type() -> None:
+    classifier = Classifier(embedded_config("http://127.0.0.1:9"))
+    obs = Observation(route="default", method="GET", path="/", status=404, body=DJANGO_404.encode())
+    verdict = classifier.classify(obs)
+    assert verdict is not None and verdict.failure.message.startswith("Not Found: The requested")
+
+
+def test_a_page_with_no_text_falls_back_to_the_reason_phrase() -> None:
+    classifier = Classifier(embedded_config("http://127.0.0.1:9"))
+    empty = b"<html><body><script>alert(1)</script></body></html>"
+    obs = Observation(
+        route="default", method="GET", path="/", status=503, body=empty, content_type="text/html"
+    )
+    verdict = classifier.classify(obs)
+    assert verdict is not None and verdict.failure.message == "Service Unavailable"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('boom\nTraceback (most recent call last):\n  File "/x/y.py", line 1', "boom\n"),
+        ("failed reading C:\\inetpub\\app\\web.config now", "failed reading … now"),
+        ("in /opt/app/server.rb:12 while", "in … while"),
+        ("Cannot GET /v1/orders/7", "Cannot GET /v1/orders/7"),  # a URL path is not a file
+    ],
+    ids=["python-trace", "windows-path", "source-file", "url-path-kept"],
+)
+def test_scrub(text: str, expected: str) -> None:
+    assert scrub(text) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_inside_a_page_is_safe(text: str) -> None:
+    page = f"<html><title>T</title><script>{text}</script><p>{text}</p><pre>{text}</pre></html>"
+    message = html_message(page)
+    assert message is None or len(message) <= 1100
+
+
+async def test_an_html_error_page_through_the_gateway(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    async def flask_like(request: web.Request) -> web.Response:
+        return web.Response(status=400, text=FLASK_ABORT, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_post("/orders", flask_like)
+    upstream = await start_upstream(app)
+    gateway = await start_gateway(route_config(upstream, mode="envelope"))
+    async with await gateway.request("POST", "/orders", data=b"x") as answer:
+        body = await answer.json()
+    assert answer.status == 400
+    assert body["error"]["message"] == "Bad Request: Quantity must be a positive integer & <= 10"
+    assert body["meta"]["original"]["body"] == FLASK_ABORT  # the page itself still travels
