@@ -17,7 +17,7 @@ SCAN_CHARS = 64 * 1024
 DETAIL_LIMIT = 500
 SKIPPED = frozenset({"script", "style", "noscript", "template", "svg"})
 BREAKS = frozenset({"br", "hr", "li", "tr", "div"})
-GENERIC_HEADINGS = frozenset({"", "error", "oops", "oops!"})
+GENERIC_HEADINGS = frozenset({"", "error", "oops", "oops!", "http error", "server error"})
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 # Where a stack trace starts: Python, JavaScript/Java/.NET, PHP and Ruby frames.
@@ -38,6 +38,9 @@ _PATH = regex.compile(
     r"|\S*(?:node_modules|site-packages|dist-packages)\S*"
 )
 _SPACES = regex.compile(r"[ \t\r\f\v\u00a0]+")
+_STATUS_PREFIX = regex.compile(
+    r"(?i)^(?:HTTP(?:\s+(?:Status|Error))?\s*)?[1-5]\d\d\b[\s:.\-\u2013\u2014]*"
+)
 
 
 def looks_like_html(content_type: str, text: str) -> bool:
@@ -55,10 +58,8 @@ def html_message(text: str) -> str | None:
         page.close()
     except (AssertionError, ValueError):  # html.parser gives up on some malformed markup
         pass
-    heading = _clean(page.h1 or page.title)
+    heading = _heading(page.h1) or _heading(page.title)
     detail = _clean(page.detail)
-    if heading.lower() in GENERIC_HEADINGS:
-        heading = ""
     if heading and detail and not detail.startswith(heading) and heading not in detail:
         message = f"{heading}: {detail}"
     else:
@@ -73,6 +74,13 @@ def scrub(text: str) -> str:
         text = text[: found.start()]
     masked: str = _PATH.sub("…", text)
     return masked
+
+
+def _heading(text: str) -> str:
+    """A heading without its status number ("502 Bad Gateway" → "Bad Gateway"), or "" when
+    nothing else is left ("HTTP Status 500", "Error"): the status is known already."""
+    heading = _STATUS_PREFIX.sub("", _clean(text))
+    return "" if heading.lower() in GENERIC_HEADINGS else heading
 
 
 def _clean(text: str) -> str:

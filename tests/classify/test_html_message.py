@@ -87,6 +87,10 @@ NGINX_502 = (
     "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.25.3</center>\r\n"
     "</body>\r\n</html>\r\n"
 )
+TOMCAT_500 = """<!doctype html><html lang="en"><head><title>HTTP Status 500 &ndash; \
+Internal Server Error</title><style type="text/css">body {font-family:Tahoma;}</style></head>\
+<body><h1>HTTP Status 500 &ndash; Internal Server Error</h1><hr class="line" /><p><b>Type</b> \
+Exception Report</p></body></html>"""
 
 PAGES = {
     "flask-abort": (FLASK_ABORT, "Bad Request: Quantity must be a positive integer & <= 10"),
@@ -100,7 +104,8 @@ PAGES = {
     "django-404": (DJANGO_404, "Not Found: The requested resource was not found on this server."),
     "express-dev": (EXPRESS_DEV, "Error: out of stock"),
     "express-404": (EXPRESS_404, "Cannot POST /v1/orders"),
-    "nginx-502": (NGINX_502, "502 Bad Gateway"),
+    "nginx-502": (NGINX_502, "Bad Gateway"),
+    "tomcat-500": (TOMCAT_500, "Internal Server Error: Type Exception Report"),
 }
 LEAKS = ("secret", "/home/", "/srv/", "site-packages", "node_modules", ".py", ".js", "Traceback")
 
