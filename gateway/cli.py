@@ -1,4 +1,4 @@
-"""The `mendpoint` command: serve, check, explain, test.
+"""The `mendpoint` command: serve, check, explain, test, resolver, stdio, gaps and followups.
 
 Every config problem is printed as `FILE:LINE: field: what is wrong` and exits with status 1;
 no input, however bad, produces a traceback.
@@ -58,7 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mendpoint", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="mendpoint",
+        description=__doc__.splitlines()[0],
+        epilog="The product contract: docs/spec.md; every config key: docs/configuration.md.",
+    )
     parser.add_argument("--version", action="version", version=f"mendpoint {__version__}")
     parser.add_argument(
         "--log-level",
@@ -150,7 +154,7 @@ def _worker_count(text: str) -> workers.WorkerCount:
 
 def _config_source(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--config", help="gateway config file (SPEC §5.1)")
+    group.add_argument("--config", help="gateway config file (docs/configuration.md)")
     group.add_argument("--upstream", help="run the embedded default in front of this URL")
 
 

@@ -1,4 +1,4 @@
-"""Rendering a classified failure for each delivery mode (SPEC §3, §4).
+"""Rendering a classified failure for each delivery mode (docs/spec.md, Shapes and Headers).
 
 Takes a `Failure`, its `Recovery` and what the upstream sent; returns a `Rendering`: the
 headers to add and, when the body changes, the new body and content type. The status is never

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class Category(StrEnum):
-    """The closed set of `failure.category` values (SPEC §2)."""
+    """The closed set of `failure.category` values (docs/spec.md)."""
 
     VALIDATION_ERROR = "VALIDATION_ERROR"
     NOT_FOUND = "NOT_FOUND"
@@ -42,7 +42,7 @@ EXIT_CODES: dict[Category, int] = {
 
 
 class Mode(StrEnum):
-    """How a classified failure is delivered (SPEC §3), from least to most invasive."""
+    """How a classified failure is delivered (docs/spec.md, Shapes), from least to most invasive."""
 
     ORIGINAL = "original"
     HEADERS = "headers"
@@ -84,7 +84,7 @@ class FieldError:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A classified failure: the ladder fields of SPEC §1 plus where the verdict came from."""
+    """A classified failure: the ladder fields of docs/spec.md plus where the verdict came from."""
 
     code: str
     category: Category
@@ -102,7 +102,7 @@ class Failure:
 
     @property
     def recoverable(self) -> bool:
-        """Correctable: a fix is stated or a repair intent exists (SPEC §1 compact flag)."""
+        """Correctable: a fix is stated or a repair intent exists (docs/spec.md)."""
         return self.fix_required is not None or self.recovery_intent is not None
 
     @property

@@ -3,7 +3,7 @@
 Label values come from closed sets (categories, modes, outcomes, status classes, HTTP methods)
 or from the config (route names, rule ids and codes, intents declared by rules), never from
 request data, so the number of series is bounded by the config. Every metric here is
-documented in the README's Metrics section.
+documented in docs/operations.md (Metrics).
 
 With `serve --workers N` (gateway.workers) each worker process runs with
 `PROMETHEUS_MULTIPROC_DIR` set before this module is imported, so the metrics below write to
@@ -195,7 +195,7 @@ def status_class(status: int) -> str:
 
 def count_request(route: str, method: str, status: int) -> None:
     """`REQUESTS` for one finished request, through a cached child: `labels()` validates and
-    takes a lock on every call, a measurable share of the success path (README, Performance).
+    takes a lock on every call, a measurable share of the success path (docs/performance.md).
     """
     _request_child(route, method_label(method), status_class(status)).inc()
 

@@ -1,6 +1,6 @@
 """How a serving process runs: which event loop, and how the garbage collector is tuned.
 
-Both are measured levers (README, Performance), not guesses:
+Both are measured levers (docs/performance.md), not guesses:
 
 - **uvloop**, when it is installed, is the event loop: its transports cost less per request
   than asyncio's selector loop. `MENDPOINT_LOOP=asyncio` forces the standard loop.

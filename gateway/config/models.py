@@ -1,4 +1,4 @@
-"""Pydantic models of the config file and rule packs: the shape users write (SPEC §5, §5.1, §6).
+"""Pydantic models of the config file and rule packs: the shape users write (docs/configuration.md).
 
 Only shape and local value checks live here; checks that need the whole config (registry
 references, duplicate ids, class invariants with file and line) live in `validate.py`.
@@ -157,7 +157,7 @@ class FieldsSpec(Strict):
 
 
 class ErrorSpec(Strict):
-    """What a matching rule produces: the ladder fields of SPEC §1."""
+    """What a matching rule produces: the ladder fields of docs/spec.md."""
 
     code: str
     category: Category
@@ -211,7 +211,7 @@ class RuleSpec(Strict):
 
 
 class RulePack(Strict):
-    """One `mappings/*.yaml` file. `skills`/`policies` are the recovery catalog (SPEC §6.1)."""
+    """A rule pack (`mappings/*.yaml`); `skills`, `policies`: the catalog (docs/recovery.md)."""
 
     rules: list[RuleSpec] = Field(default_factory=list)
     commands: dict[str, CommandSpec] = Field(default_factory=dict)
@@ -261,7 +261,7 @@ class RouteSpec(Strict):
     rollout: RolloutSpec | None = None
     preserve_host: bool = False
     strip_prefix: bool = False
-    # MCP routes only (SPEC §7): the DNS-rebinding defence and the stdio bridge.
+    # MCP routes only (docs/mcp.md): the DNS-rebinding defence and the stdio bridge.
     allowed_origins: list[str] | None = None
     allowed_hosts: list[str] | None = None
     command: list[str] | None = Field(default=None, min_length=1)
@@ -346,7 +346,7 @@ class KeysFile(Strict):
 
 
 class CallersSpec(Strict):
-    """Where caller identity comes from (SPEC §6.2); an unknown caller has no scopes."""
+    """Where caller identity comes from (docs/recovery.md); an unknown caller has no scopes."""
 
     source: Literal["api_key", "trusted_header"] = "api_key"
     header: str = Field(default="X-Api-Key", pattern=_HEADER_NAME.pattern)
@@ -408,7 +408,7 @@ DEFAULT_TOOL_GUIDANCE = (
 
 
 class McpSpec(Strict):
-    """How MCP failures are delivered and how much request tracking may cost (SPEC §7)."""
+    """How MCP failures are delivered and how much request tracking may cost (docs/mcp.md)."""
 
     failure_key: str = Field(default="mendpoint_failure", min_length=1, max_length=64)
     tool_guidance: str = Field(default=DEFAULT_TOOL_GUIDANCE, max_length=1000)
@@ -451,7 +451,7 @@ TrustedBlock = Annotated[str, AfterValidator(_network)]
 
 
 class GatewayConfig(Strict):
-    """The `mendpoint serve --config` file (SPEC §5.1)."""
+    """The `mendpoint serve --config` file (docs/configuration.md)."""
 
     listen: str = "127.0.0.1:8080"
     admin: str | None = "127.0.0.1:9090"

@@ -1,4 +1,4 @@
-"""The `fix_command` registry and its load-time safety checks (SPEC §5, reference §fix_command).
+"""The `fix_command` registry and its load-time safety checks (docs/rules.md, commands).
 
 An agent pastes a `fix_command` without reading it, so every registered command is checked
 once, at load, against the rules that make blind execution safe: verbatim (no placeholders),

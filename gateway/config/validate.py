@@ -1,7 +1,7 @@
 """Whole-config checks that a single pydantic model cannot make.
 
 Takes a `LoadedConfig` whose files each parsed and returns every `Problem`, located by file
-and line: registry references and command safety, the class invariants of SPEC §1, regexes
+and line: registry references and command safety, the class invariants (docs/spec.md), regexes
 that do not compile, placeholders with no capture to fill them, duplicate ids, route names.
 """
 
@@ -255,7 +255,7 @@ def _regexes(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
 
 
 def _class_problems(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
-    """SPEC §1: every failure is transient, caller-correctable or terminal, never a mix."""
+    """Every failure is transient, caller-correctable or terminal, never a mix (docs/spec.md)."""
     error = rule.error
     out: list[tuple[tuple[str | int, ...], str]] = []
     if error.retryable and (error.fix_required or error.fix_command):

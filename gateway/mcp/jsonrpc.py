@@ -21,7 +21,7 @@ RequestKey = tuple[bool, str | int]
 SERVER_GONE = -32000
 """The error code of the answer a relay makes up for a request the server died before answering."""
 
-# Responses to these carry the session's contract, never a failure to upgrade (SPEC §7).
+# Responses to these carry the session's contract, never a failure to upgrade (docs/mcp.md).
 UNTOUCHED_METHODS = frozenset({"initialize", "server/discover"})
 
 

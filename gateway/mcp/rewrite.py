@@ -1,4 +1,4 @@
-"""Pure rewrites of MCP results: tool errors, JSON-RPC errors and `tools/list` (SPEC §7).
+"""Pure rewrites of MCP results: tool errors, JSON-RPC errors and `tools/list` (docs/mcp.md).
 
 Each function takes a decoded message part and returns a new one, or None when it must stay
 exactly as the server sent it. Nothing here removes or changes what the server wrote: a tool

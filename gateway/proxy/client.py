@@ -9,7 +9,7 @@ retries). This client keeps the parts worth keeping from aiohttp and drops the r
   chunked and length framing, flow control, the per-read `sock_read` timeout);
 - aiohttp's `StreamWriter` for the request (header serialisation that refuses CR/LF,
   chunking, back-pressure);
-- one attempt per request: a connection that fails is never silently retried (SPEC §6.3);
+- one attempt per request: a connection that fails is never silently retried (docs/transparency.md);
 - a connection returns to the pool only when its response was read whole, its request body
   was sent whole, and neither side asked to close.
 

@@ -1,1 +1,1 @@
-"""Recovery resolution (SPEC §6): which already-available skills can repair a failure."""
+"""Recovery resolution (docs/recovery.md): which already-available skills can repair a failure."""

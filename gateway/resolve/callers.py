@@ -1,4 +1,4 @@
-"""Who is calling, and with which scopes (SPEC §6.2).
+"""Who is calling, and with which scopes (docs/recovery.md).
 
 Identity comes from one configured source: an API-key header looked up by its SHA-256 (the
 config holds only hashes), or a trusted header that an auth layer in front has set. An unknown

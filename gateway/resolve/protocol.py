@@ -1,4 +1,4 @@
-"""The remote resolver's wire format (SPEC §6.4), shared by the client and `mendpoint resolver`.
+"""The remote resolver's wire format (docs/recovery.md), shared by client and `mendpoint resolver`.
 
 Both sides validate with these models: a resolver answer that does not fit is an error, and the
 gateway then sends the failure without options.

@@ -86,7 +86,7 @@ class RecoveryService:
         situation: Situation,
         request_id: str,
     ) -> Recovery:
-        """`recover` within `resolver.budget_ms`; past it or on any error, none (SPEC §6.3).
+        """`recover` within `resolver.budget_ms`; past it or on any error, none (docs/spec.md).
 
         The one place both the HTTP failure path and MCP upgrades resolve, so both count a
         timeout or an error as an outcome and observe the resolver's latency alike.

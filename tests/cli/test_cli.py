@@ -1,4 +1,4 @@
-"""The `mendpoint` command as a user runs it: real subprocesses, real exit codes (SPEC §9).
+"""The `mendpoint` command as a user runs it (docs/operations.md): real subprocesses and exit codes.
 
 `check`, `explain` and `test` exit 0 on success, 1 on an invalid config or a failing fixture
 (every config problem printed as `FILE:LINE: …`, never a traceback) and 2 on a usage error;

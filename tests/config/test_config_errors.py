@@ -1,8 +1,9 @@
 """Every way a config or rule pack can be wrong is refused with `FILE:LINE: field: message`.
 
-One table of bad configs (SPEC §1 class invariants, §5 rule and registry checks, §5.1 config
-shape), each written to a temporary directory and loaded with `load_config`; the problem must
-name the exact file, line and field, and say why.
+One table of bad configs (the class invariants of docs/spec.md, the rule and registry checks
+of docs/rules.md, the config shape of docs/configuration.md), each written to a temporary
+directory and loaded with `load_config`; the problem must name the exact file, line and field,
+and say why.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ CASES: dict[str, Bad] = {
         "gateway.yaml:10: rules[0].error.fix_required",
         "['col'] match no named capture",
     ),
-    # --- SPEC §1: one class per failure -----------------------------------------------------
+    # --- docs/spec.md, Classes: one class per failure ----------------------------------------
     "fix-command-unknown-id": Bad(
         rule(
             "{status: [401]}",

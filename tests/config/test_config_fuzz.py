@@ -1,5 +1,5 @@
-"""The config loader under hostile input (issue 6 §5): a corpus of regression cases, a fuzz
-target over mutations of it, and the size and YAML 1.1 traps.
+"""The config loader under hostile input (docs/security.md): a corpus of regression cases, a
+fuzz target over mutations of it, and the size and YAML 1.1 traps.
 
 The promise: whatever the file holds, `load_config` either returns a config or raises one
 `ConfigError` whose every line names the file (and, for anything about content, the line);

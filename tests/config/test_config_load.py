@@ -1,8 +1,8 @@
 """Loading a good config: routes, packs in order, the shipped defaults last, the registry merged.
 
-SPEC §5: inline `rules:` first, then the `include:` packs in the order listed; the shipped
+docs/rules.md: inline `rules:` first, then the `include:` packs in the order listed; the shipped
 defaults are fallbacks matched after every other rule wherever they are listed, and are on
-unless `defaults: false`. SPEC §5.1: `serve --upstream URL` needs no file at all.
+unless `defaults: false`. docs/configuration.md: `serve --upstream URL` needs no file at all.
 """
 
 from __future__ import annotations

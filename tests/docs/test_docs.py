@@ -7,7 +7,10 @@ outside the site.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import types
 import typing
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ from pydantic import BaseModel
 
 from gateway.config.models import GatewayConfig, KeysFile, RulePack
 from gateway.fixtures import FixtureFile
-from tests.support.paths import DOCS, REPO
+from tests.support.paths import DOCS, REPO, TESTS
 
 
 def nested_models(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
@@ -116,3 +119,56 @@ def test_readme_links_resolve(link: str) -> None:
     assert path.is_file(), f"README links to {target}, which does not exist"
     if anchor:
         assert anchor in anchors(path), f"{path.name} has no heading for #{anchor}"
+
+
+def test_help_names_the_contract() -> None:
+    """`mendpoint --help` points at docs/spec.md (which the citation test proves exists)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    ).stdout
+    assert "docs/spec.md" in out
+
+
+# Code, tests and tools cite the project's own docs pages, not a section of a contract kept
+# outside the repository or an issue number.
+CITATION = re.compile(r"\bSPEC\b|(?i:\bissue #?\d+)")
+CITING_DIRS = ("gateway", "tests", "bench", "examples", "deploy", "mappings", ".ci")
+
+
+SKIPPED_DIRS = {"node_modules", "__pycache__", "results"}
+
+
+def cited_files() -> Iterator[Path]:
+    """The project's own text files (installed npm packages and generated output pruned)."""
+    yield REPO / "Makefile"
+    for top in CITING_DIRS:
+        for root, dirs, files in os.walk(REPO / top):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            for name in sorted(files):
+                if not name.endswith((".pyc", ".json")):
+                    yield Path(root) / name
+
+
+def test_code_cites_docs_pages_not_spec_sections_or_issues() -> None:
+    this = Path(__file__).resolve()
+    lines = [
+        (path, number, line)
+        for path in cited_files()
+        if path.resolve() != this
+        for number, line in enumerate(path.read_text("utf-8", "replace").splitlines(), 1)
+    ]
+    assert any(path.is_relative_to(TESTS) for path, _, _ in lines)
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p, n, line in lines
+        if CITATION.search(line)
+    ]
+    assert not found, "cite docs/<page>.md instead:\n" + "\n".join(found)
+    cited = {page for _, _, line in lines for page in re.findall(r"\bdocs/[\w-]+\.md", line)}
+    assert "docs/spec.md" in cited
+    missing = sorted(page for page in cited if not (REPO / page).is_file())
+    assert not missing, f"code cites docs pages that do not exist: {missing}"

@@ -1,4 +1,4 @@
-"""Rendering for each mode: shapes of SPEC §3 and the advisory headers of §4."""
+"""Rendering for each mode: the shapes and advisory headers of docs/spec.md."""
 
 from __future__ import annotations
 

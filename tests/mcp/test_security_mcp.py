@@ -1,4 +1,4 @@
-"""The MCP relay under hostile input (issue 6 §6): real gateways, real child processes.
+"""The MCP relay under hostile input (docs/security.md): real gateways, real child processes.
 
 Every transport is driven the same way: a scripted upstream (`type: mcp`, JSON or SSE) and
 `tests/mcp_servers/bad_server.py` (stdio, and the bridge's `command:`) answer each request as

@@ -36,7 +36,7 @@ CONFORMANCE = BIN / "conformance"
 RUN_TIMEOUT_S = 240
 
 # Scenarios the gateway satisfies on its own, so it may pass them where the server does not:
-# it refuses DNS-rebound requests itself (issue 4: it rewrites Host, so the defence is its job).
+# it refuses DNS-rebound requests itself (docs/mcp.md: it rewrites Host, so the defence is its job).
 GATEWAY_PROVIDES = frozenset({"dns-rebinding-protection"})
 
 

@@ -1,4 +1,4 @@
-"""Upstream faults (issue 6 §4): every way an upstream can misbehave, from one fault server.
+"""Upstream faults (docs/security.md): every way an upstream can misbehave, from one fault server.
 
 For each fault the outcome is one of three, and only one is right:
 - a synthesised 502/504 failure with the right code, category and retryability (nothing had

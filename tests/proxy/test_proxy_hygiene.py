@@ -1,4 +1,4 @@
-"""Header hygiene (SPEC §8): hop-by-hop headers, forwarding headers, Host, Via, no additions.
+"""Header hygiene (docs/transparency.md): hop-by-hop and forwarding headers, Host, Via; no more.
 
 The client side writes raw requests over a socket so that exactly the headers under test are
 sent, with nothing added by an HTTP client library; the upstream records what arrived.

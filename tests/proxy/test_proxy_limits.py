@@ -1,4 +1,4 @@
-"""Limits (SPEC §8): request body size, header size, client connections, the C parser, memory.
+"""Limits (docs/security.md): request body and header size, client connections, C parser, memory.
 
 Oversized or malformed requests must get a clear 4xx without reaching the upstream; the
 connection cap answers 503 before parsing anything; and a large body streams through in

@@ -1,4 +1,4 @@
-"""Fail-open and envelope integrity (issue 6 §3, and the regex deadline of §5).
+"""Fail-open and envelope integrity (docs/security.md, and the regex deadline of docs/rules.md).
 
 Whatever goes wrong while enriching — a resolver that errs, hangs, answers garbage, huge or
 redirected output or drips bytes; a step that raises; rules whose regexes explode — the

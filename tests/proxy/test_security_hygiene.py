@@ -1,4 +1,4 @@
-"""Routing and header hygiene under attack (issue 6 §2), beyond tests/test_proxy_hygiene.py.
+"""Routing and header hygiene under attack (docs/security.md), beyond test_proxy_hygiene.py.
 
 A request target can never pick the upstream; headers named in `Connection` never cross;
 `Upgrade: h2c` is never forwarded nor answered 101; an underscore spelling of a header the

@@ -1,4 +1,4 @@
-"""Request smuggling and parsing (issue 6 §1): raw bytes at the gateway, a recorder behind it.
+"""Request smuggling and parsing (docs/security.md): raw bytes at the gateway, a recorder behind it.
 
 Each malformed request is written over a socket with a well-formed request pipelined behind
 it. The gateway must answer 400 and close the connection, and nothing may reach the
