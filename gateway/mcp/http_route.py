@@ -18,7 +18,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.envelope import dump
-from gateway.mcp.bridge import serve_bridge
+from gateway.mcp.bridge_http import serve_bridge
 from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestTable,

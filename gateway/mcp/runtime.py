@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gateway.classify import Classifier
 from gateway.config.loaded import LoadedConfig
-from gateway.mcp.bridge import Bridges
+from gateway.mcp.bridge_sessions import Bridges
 from gateway.mcp.jsonrpc import SessionTables
 from gateway.mcp.upgrade import Upgrader
 from gateway.resolve.service import RecoveryService

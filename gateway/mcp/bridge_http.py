@@ -1,0 +1,251 @@
+"""The bridge's HTTP side: a stdio MCP server served over Streamable HTTP.
+
+This is how a team exposes a local tool server to remote agents with upgraded errors. An
+`initialize` POST without `Mcp-Session-Id` opens a bridge session (`bridge_sessions`: one child
+process each) and the answer names it; later requests are routed by that id; DELETE ends it.
+
+A POST's requests are written to the child as lines (batches one message a line, since stdio
+servers read single messages); the POST then waits for the responses with those ids. It is
+answered as `text/event-stream` when the client accepts it, so the server's own requests and
+notifications made while the call runs (progress, logging, sampling) reach the client on the
+same stream; otherwise as one `application/json` body. Server messages with no POST stream open
+go to the session's GET stream, or are dropped when there is none. Responses are upgraded like
+on every other transport (`rewrite_payload`, under the POST's own mode and caller); every other
+message is the server's line byte for byte. Not supported: resuming a stream (`Last-Event-ID`;
+the child keeps no event log) and the stateless 2026-07-28 revision (a stdio server needs its
+`initialize`, so requests without a session are refused with 400).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.envelope import dump
+from gateway.failure import TransportKind
+from gateway.mcp.bridge_sessions import Bridges, BridgeSession, SessionsFull, Waiter
+from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
+from gateway.mcp.jsonrpc import (
+    RequestKey,
+    RequestTable,
+    encode,
+    parse_message,
+    request_key,
+    requests_in,
+)
+from gateway.mcp.upgrade import Upgrader
+from gateway.proxy.context import RequestContext
+from gateway.proxy.failure_path import answer_transport_failure
+
+log = logging.getLogger("mendpoint.mcp")
+
+SESSION_HEADER = "Mcp-Session-Id"
+REQUEST_ID = "X-Request-Id"
+PARSE_ERROR = -32700
+BAD_REQUEST = -32000
+SESSION_NOT_FOUND = -32001
+
+
+async def serve_bridge(
+    request: web.Request, ctx: RequestContext, body: bytes, bridges: Bridges, upgrader: Upgrader
+) -> web.StreamResponse:
+    """Serve one Streamable HTTP request of a bridge route."""
+    session_id = request.headers.get(SESSION_HEADER)
+    if request.method == "POST":
+        return await _post(request, ctx, body, session_id, bridges, upgrader)
+    if request.method not in ("GET", "DELETE"):
+        return web.Response(
+            status=405, headers={"Allow": "GET, POST, DELETE", REQUEST_ID: ctx.request_id}
+        )
+    if not session_id:
+        return _rpc_error(400, BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required", ctx)
+    session = bridges.get(session_id, ctx.route.spec.name)
+    if session is None:
+        return _rpc_error(404, SESSION_NOT_FOUND, "Session not found", ctx)
+    if request.method == "DELETE":
+        await session.end("deleted by the client")
+        return web.Response(status=200, headers={REQUEST_ID: ctx.request_id})
+    return await _listen(request, ctx, session)
+
+
+async def _post(
+    request: web.Request,
+    ctx: RequestContext,
+    body: bytes,
+    session_id: str | None,
+    bridges: Bridges,
+    upgrader: Upgrader,
+) -> web.StreamResponse:
+    message = parse_message(body) if body else None
+    lines = _lines(body, message)
+    if lines is None or not isinstance(message, dict | list) or message == []:
+        return _rpc_error(400, PARSE_ERROR, "Parse error: the body is not a JSON-RPC message", ctx)
+    if session_id:
+        session = bridges.get(session_id, ctx.route.spec.name)
+        if session is None:
+            return _rpc_error(404, SESSION_NOT_FOUND, "Session not found", ctx)
+    elif not _starts_session(message):
+        return _rpc_error(400, BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required", ctx)
+    else:
+        try:
+            session = await bridges.open(
+                ctx.route.spec, ctx.state.loaded.config.mcp.max_message_bytes
+            )
+        except SessionsFull:
+            response = _rpc_error(503, BAD_REQUEST, "Too many MCP sessions on this route", ctx)
+            response.headers["Retry-After"] = "1"
+            return response
+        except OSError as exc:
+            log.warning(
+                "MCP bridge %s: cannot start %s: %s",
+                ctx.route.spec.name,
+                ctx.route.spec.command,
+                exc,
+            )
+            return await answer_transport_failure(ctx, TransportKind.CONNECT_REFUSED)
+    with session.busy():
+        return await _exchange(request, ctx, session, message, lines, upgrader)
+
+
+async def _exchange(
+    request: web.Request,
+    ctx: RequestContext,
+    session: BridgeSession,
+    message: Any,
+    lines: bytes,
+    upgrader: Upgrader,
+) -> web.StreamResponse:
+    outstanding = _request_ids(message)
+    if not outstanding:  # notifications and responses only
+        await session.send(lines)
+        return web.Response(status=202, headers=_headers(session, ctx))
+    stream = "text/event-stream" in request.headers.get("Accept", "").lower()
+    waiter = session.expect(outstanding, stream)
+    local = RequestTable(ctx.state.loaded.config.mcp.max_tracked_requests)
+    for key, pending in requests_in(message):
+        local.add(key, pending)
+    answer = _Answer(ctx, session, waiter, Tracker(local, None), upgrader)
+    try:
+        await session.send(lines)
+        if stream:
+            return await answer.stream(request)
+        return await answer.json(isinstance(message, list))
+    finally:
+        session.forget(waiter)
+
+
+@dataclass
+class _Answer:
+    """Writing a POST's answer from the lines its waiter receives, responses upgraded."""
+
+    ctx: RequestContext
+    session: BridgeSession
+    waiter: Waiter
+    tracker: Tracker
+    upgrader: Upgrader
+
+    async def _payloads(self) -> AsyncIterator[tuple[bytes, list[tuple[str, str]]]]:
+        exchange = HttpExchange(self.ctx)
+        async for line in self.waiter.lines():
+            payload = line.rstrip(b"\r\n")
+            new, headers = await rewrite_payload(payload, self.tracker, self.upgrader, exchange)
+            yield (payload if new is None else new), headers
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        headers = _headers(self.session, self.ctx)
+        headers["Content-Type"] = "text/event-stream"
+        headers["Cache-Control"] = "no-cache"
+        response = web.StreamResponse(status=200, headers=headers)
+        await response.prepare(request)
+        async for payload, _ in self._payloads():
+            await response.write(_event(payload))
+        await response.write_eof()
+        return response
+
+    async def json(self, batch: bool) -> web.Response:
+        headers = _headers(self.session, self.ctx)
+        headers["Content-Type"] = "application/json"
+        payloads: list[bytes] = []
+        async for payload, advisory in self._payloads():
+            payloads.append(payload)
+            if advisory and not any(name in headers for name, _ in advisory):
+                headers.extend(advisory)
+        body = b"[" + b",".join(payloads) + b"]" if batch else payloads[0]
+        return web.Response(status=200, body=body, headers=headers)
+
+
+async def _listen(
+    request: web.Request, ctx: RequestContext, session: BridgeSession
+) -> web.StreamResponse:
+    """The GET stream: the server's messages sent while no POST stream is open."""
+    if "text/event-stream" not in request.headers.get("Accept", "").lower():
+        return _rpc_error(
+            406, BAD_REQUEST, "Not Acceptable: the client must accept text/event-stream", ctx
+        )
+    queue = session.listen()
+    if queue is None:
+        return _rpc_error(409, BAD_REQUEST, "Conflict: only one GET stream per session", ctx)
+    headers = _headers(session, ctx)
+    headers["Content-Type"] = "text/event-stream"
+    headers["Cache-Control"] = "no-cache"
+    response = web.StreamResponse(status=200, headers=headers)
+    try:
+        await response.prepare(request)
+        while (line := await queue.get()) is not None:
+            await response.write(_event(line.rstrip(b"\r\n")))
+        await response.write_eof()
+    finally:
+        session.unlisten(queue)
+    return response
+
+
+def _request_ids(message: Any) -> dict[RequestKey, str]:
+    """Every request in the body, `initialize` included, by id: the responses to wait for."""
+    found: dict[RequestKey, str] = {}
+    for item in message if isinstance(message, list) else [message]:
+        if isinstance(item, dict) and isinstance(item.get("method"), str):
+            key = request_key(item.get("id"))
+            if key is not None:
+                found[key] = item["method"]
+    return found
+
+
+def _starts_session(message: Any) -> bool:
+    items = message if isinstance(message, list) else [message]
+    return any(isinstance(i, dict) and i.get("method") == "initialize" for i in items)
+
+
+def _lines(body: bytes, message: Any) -> bytes | None:
+    """The body as stdio lines: a batch one message a line; line breaks (JSON whitespace only,
+    never inside strings) become spaces so a pretty-printed body stays one line. None when a
+    batch member cannot be written back as sent (a number past float range)."""
+    if isinstance(message, list):
+        items = [encode(item) for item in message]
+        return None if None in items else b"".join(item + b"\n" for item in items if item)
+    return body.strip().replace(b"\r", b" ").replace(b"\n", b" ") + b"\n"
+
+
+def _event(payload: bytes) -> bytes:
+    return b"event: message\ndata: " + payload + b"\n\n"
+
+
+def _headers(session: BridgeSession, ctx: RequestContext) -> CIMultiDict[str]:
+    return CIMultiDict({SESSION_HEADER: session.id, REQUEST_ID: ctx.request_id})
+
+
+def _rpc_error(status: int, code: int, message: str, ctx: RequestContext) -> web.Response:
+    """A refusal in the shape MCP clients parse: a JSON-RPC error with no id."""
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return web.Response(
+        status=status,
+        body=dump(error),
+        headers={"Content-Type": "application/json", REQUEST_ID: ctx.request_id},
+    )
+
+
+__all__ = ["serve_bridge"]

@@ -1,0 +1,270 @@
+"""Bridge sessions: one stdio MCP server child process per MCP session, and its lifecycle.
+
+A stdio server holds one conversation, so each MCP session of a bridge route (a `type: mcp`
+route with `command:`) gets its own child process. `Bridges` opens a session for an
+`initialize` (at most `max_sessions` per route) and finds it again by its id; a session ends on
+DELETE, after `session_idle_s` without a request, when its child exits, or at gateway shutdown,
+and ending it kills the child's process group. While it lives, a session routes each line the
+child writes: a response to the POST `Waiter` that sent its request, a server request or
+notification to the newest POST stream, else to the GET stream, else nowhere. Everyone still
+waiting when it ends gets a JSON-RPC error (`server_gone`) instead of hanging.
+
+The HTTP side (what a POST, GET or DELETE does with a session) is `bridge_http`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.config.models import RouteSpec
+from gateway.mcp.child import Child
+from gateway.mcp.jsonrpc import RequestKey, encode, parse_message, request_key, server_gone
+
+log = logging.getLogger("mendpoint.mcp")
+
+EXIT_GRACE_S = 2.0
+
+
+class SessionsFull(Exception):
+    """The route already runs `max_sessions` children."""
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One POST waiting for the responses to its requests (and, as a stream, server messages)."""
+
+    outstanding: dict[RequestKey, str]
+    stream: bool
+    queue: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
+
+    def deliver(self, key: RequestKey, line: bytes) -> None:
+        self.outstanding.pop(key, None)
+        self.queue.put_nowait(line)
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Lines in arrival order until every request of this POST has its response."""
+        while self.outstanding or not self.queue.empty():
+            yield await self.queue.get()
+
+
+class BridgeSession:
+    """One MCP session: its child process and the HTTP requests waiting on it."""
+
+    def __init__(
+        self,
+        session_id: str,
+        route: str,
+        child: Child,
+        idle_s: float,
+        on_end: Callable[[BridgeSession], None],
+    ) -> None:
+        self.id = session_id
+        self.route = route
+        self.child = child
+        self.idle_s = idle_s
+        self.in_flight = 0
+        self.last_active = time.monotonic()
+        self._on_end = on_end
+        self._waiting: dict[RequestKey, Waiter] = {}
+        self._streams: list[Waiter] = []
+        self._listener: asyncio.Queue[bytes | None] | None = None
+        self._ending: asyncio.Task[None] | None = None
+        self._tasks = [
+            asyncio.create_task(self._pump()),
+            asyncio.create_task(self._watch_idle()),
+        ]
+
+    @property
+    def ended(self) -> bool:
+        return self._ending is not None
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """A POST in flight: the session is not idle until it is answered."""
+        self.in_flight += 1
+        self.last_active = time.monotonic()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self.last_active = time.monotonic()
+
+    async def send(self, data: bytes) -> None:
+        """Write lines to the child; a child that is gone answers the waiters itself (`end`)."""
+        try:
+            await self.child.write(data)
+        except (ConnectionError, OSError):
+            log.info("MCP bridge session %s: the server no longer reads its stdin", self.id)
+
+    def expect(self, outstanding: dict[RequestKey, str], stream: bool) -> Waiter:
+        waiter = Waiter(dict(outstanding), stream)
+        if self.ended:
+            _answer_gone(waiter)
+            return waiter
+        for key in outstanding:
+            self._waiting[key] = waiter
+        if stream:
+            self._streams.append(waiter)
+        return waiter
+
+    def forget(self, waiter: Waiter) -> None:
+        """The POST is over (answered, or its client left): its late responses are dropped."""
+        for key in waiter.outstanding:
+            if self._waiting.get(key) is waiter:
+                del self._waiting[key]
+        if waiter in self._streams:
+            self._streams.remove(waiter)
+
+    def listen(self) -> asyncio.Queue[bytes | None] | None:
+        """The GET stream's queue; None when one is already open (one per session)."""
+        if self._listener is not None or self.ended:
+            return None
+        self.last_active = time.monotonic()
+        self._listener = asyncio.Queue()
+        return self._listener
+
+    def unlisten(self, queue: asyncio.Queue[bytes | None]) -> None:
+        if self._listener is queue:
+            self._listener = None
+
+    def close_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.put_nowait(None)
+
+    @property
+    def ending(self) -> asyncio.Task[None] | None:
+        return self._ending
+
+    async def end(self, why: str) -> None:
+        """Stop the child (process group included) and release everyone waiting on it.
+
+        Shielded: a DELETE whose client hangs up mid-way still kills the child.
+        """
+        if self._ending is None:
+            self._ending = asyncio.create_task(self._shut(why))
+        await asyncio.shield(self._ending)
+
+    async def _shut(self, why: str) -> None:
+        log.info("MCP bridge session %s ends (%s), pid %d", self.id, why, self.child.pid)
+        self._on_end(self)
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        waiters = {id(w): w for w in [*self._waiting.values(), *self._streams]}
+        self._waiting.clear()
+        for waiter in waiters.values():
+            _answer_gone(waiter)
+        self.close_listener()
+        await self.child.stop(EXIT_GRACE_S)
+
+    async def _pump(self) -> None:
+        """Route each line the child writes; the child's exit ends the session."""
+        while (line := await self.child.readline()) != b"":
+            if line is None:
+                log.warning("MCP bridge session %s: a message over the size limit dropped", self.id)
+                continue
+            self._dispatch(line)
+        await self.end("server exited")
+
+    def _dispatch(self, line: bytes) -> None:
+        message = parse_message(line)
+        if message is None:
+            log.debug("MCP bridge session %s: non-JSON line from the server dropped", self.id)
+            return
+        key = _response_key(message)
+        if key is not None:
+            waiter = self._waiting.pop(key, None)
+            if waiter is not None:
+                waiter.deliver(key, line)
+            return
+        # A request or notification of the server's own: the newest POST stream is most
+        # likely the call it belongs to (progress, logging, sampling); else the GET stream.
+        if self._streams:
+            self._streams[-1].queue.put_nowait(line)
+        elif self._listener is not None:
+            self._listener.put_nowait(line)
+        else:
+            log.debug("MCP bridge session %s: server message with no stream open", self.id)
+
+    async def _watch_idle(self) -> None:
+        while True:
+            due = self.last_active + self.idle_s - time.monotonic()
+            if due <= 0 and not self.in_flight:
+                break
+            await asyncio.sleep(due if due > 0 else self.idle_s / 4)
+        await self.end("idle")
+
+
+class Bridges:
+    """Every bridge session of the app, by id; lives across config reloads."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, BridgeSession] = {}
+        self._opening: dict[str, int] = {}
+        # Sessions already ending (their child may still be exiting): shutdown waits for
+        # them too, so no child process outlives the gateway's event loop.
+        self._closing: set[BridgeSession] = set()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: str, route: str) -> BridgeSession | None:
+        session = self._sessions.get(session_id)
+        return session if session is not None and session.route == route else None
+
+    async def open(self, spec: RouteSpec, limit: int) -> BridgeSession:
+        """Start a child for a new session; SessionsFull or OSError (cannot start) otherwise."""
+        assert spec.command is not None
+        running = sum(1 for s in self._sessions.values() if s.route == spec.name)
+        if running + self._opening.get(spec.name, 0) >= spec.max_sessions:
+            raise SessionsFull
+        self._opening[spec.name] = self._opening.get(spec.name, 0) + 1
+        try:
+            child = await Child.start(list(spec.command), limit)
+        finally:
+            self._opening[spec.name] -= 1
+        session_id = secrets.token_hex(16)
+        session = BridgeSession(session_id, spec.name, child, spec.session_idle_s, self._drop)
+        self._sessions[session_id] = session
+        log.info("MCP bridge session %s started, pid %d", session_id, child.pid)
+        return session
+
+    def _drop(self, session: BridgeSession) -> None:
+        self._sessions.pop(session.id, None)
+        self._closing.add(session)
+        ending = session.ending
+        if ending is not None:
+            ending.add_done_callback(lambda _: self._closing.discard(session))
+
+    def close_listeners(self) -> None:
+        """Shutdown begins: end GET streams so they do not hold the drain for `grace_s`."""
+        for session in self._sessions.values():
+            session.close_listener()
+
+    async def close_all(self) -> None:
+        """Gateway shutdown: every child is killed, none outlives the gateway."""
+        sessions = [*self._sessions.values(), *self._closing]
+        await asyncio.gather(*(s.end("gateway shutdown") for s in sessions))
+
+
+def _answer_gone(waiter: Waiter) -> None:
+    for key, method in list(waiter.outstanding.items()):
+        waiter.deliver(key, (encode(server_gone(key[1], method)) or b"") + b"\n")
+
+
+def _response_key(message: Any) -> RequestKey | None:
+    if not isinstance(message, dict) or "method" in message:
+        return None
+    if "result" not in message and "error" not in message:
+        return None
+    return request_key(message.get("id"))
+
+
+__all__ = ["BridgeSession", "Bridges", "SessionsFull", "Waiter"]
