@@ -34,6 +34,7 @@ from gateway.mcp.stdio import run_stdio
 from gateway.resolve.callers import ANONYMOUS, CallerDirectory
 from gateway.resolve.server import RESOLVE_PATH, build_resolver_app
 from gateway.resolve.service import RecoveryService
+from gateway.retrofit.init_command import run_init
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -95,6 +96,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     followups.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
     followups.set_defaults(run=_followups)
+
+    init = sub.add_parser(
+        "init", help="write a starter config for an upstream, from its OpenAPI document"
+    )
+    init.add_argument("--upstream", required=True, help="the API's base URL")
+    init.add_argument("--openapi", help="its OpenAPI document: a file or URL (default: probe)")
+    init.add_argument("--out", default="mendpoint.yaml", help="the config to write")
+    init.add_argument("--force", action="store_true", help="replace existing files")
+    init.set_defaults(run=_init)
 
     check = sub.add_parser("check", help="validate a config and every rule pack it includes")
     check.add_argument("--config", required=True)
@@ -283,6 +293,10 @@ def _followups(args: argparse.Namespace) -> int:
     for row in rows:
         print(f"- {row['route']} {row['code']}: {reading(row)}")
     return EXIT_OK
+
+
+def _init(args: argparse.Namespace) -> int:
+    return run_init(args.upstream, args.openapi, args.out, args.force)
 
 
 def _check(args: argparse.Namespace) -> int:

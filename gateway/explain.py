@@ -105,7 +105,7 @@ def explain(
     recovery: Recovery = NO_RECOVERY
     filtered: tuple[tuple[str, str], ...] = ()
     if failure.recovery_intent is not None:
-        operation = route.spec.operation or f"{obs.method} {obs.path}"
+        operation = route.operation_for(obs.method, obs.path)
         query = ResolveQuery(
             failure.category, failure.code, failure.recovery_intent, caller.scopes, operation
         )

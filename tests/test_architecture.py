@@ -43,6 +43,7 @@ LAYERS = {
     "gateway.handler": 6,
     "gateway.explain": 6,
     "gateway.fixtures": 6,
+    "gateway.retrofit": 6,
     "gateway.admin": 6,
     "gateway.app": 7,
     "gateway.workers": 8,

@@ -249,6 +249,15 @@ class RolloutSpec(Strict):
 DEFAULT_IDEMPOTENT = ["GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"]
 
 
+class OperationSpec(Strict):
+    """The name `then_retry` gives requests of one method and path template (an operationId)."""
+
+    method: str = Field(pattern=r"^[A-Za-z]+$")
+    path: str = Field(pattern=r"^/", max_length=1000)
+    """A path template: `{name}` stands for one path segment (`/orders/{id}`)."""
+    name: str = Field(min_length=1, max_length=128)
+
+
 class RouteSpec(Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     prefix: str = Field(default="/", pattern=r"^/")
@@ -257,6 +266,7 @@ class RouteSpec(Strict):
     mode: Mode = Mode.ADDITIVE
     client_override: bool = True
     operation: str | None = Field(default=None, max_length=128)
+    operations: list[OperationSpec] = Field(default_factory=list)
     idempotent_methods: list[str] = Field(default_factory=lambda: list(DEFAULT_IDEMPOTENT))
     rollout: RolloutSpec | None = None
     preserve_host: bool = False

@@ -71,9 +71,8 @@ class RequestContext:
 
     @property
     def situation(self) -> Situation:
-        spec = self.route.spec
-        operation = spec.operation or f"{self.request.method} {self.request.path}"
-        return Situation(operation=operation, route=spec.name)
+        operation = self.route.operation_for(self.request.method, self.request.path)
+        return Situation(operation=operation, route=self.route.spec.name)
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.record.started) * 1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from yarl import URL
@@ -25,19 +26,31 @@ class Route:
     base_path: str
     upstream_host: str
     idempotent: frozenset[str]
+    operations: tuple[tuple[str, re.Pattern[str], str], ...] = ()
 
     @classmethod
     def build(cls, spec: RouteSpec) -> Route:
         idempotent = frozenset(spec.idempotent_methods)
+        operations = tuple(
+            (op.method.upper(), compile_template(op.path), op.name) for op in spec.operations
+        )
         if spec.upstream is None:  # an MCP bridge route: its upstream is a local command
-            return cls(spec, Origin("http", "", 0), "", "", idempotent)
+            return cls(spec, Origin("http", "", 0), "", "", idempotent, operations)
         url = URL(spec.upstream)
         port = url.port or {"http": 80, "https": 443}[url.scheme]
         origin = Origin(url.scheme, url.raw_host or "", port)
         host = f"[{origin.host}]" if ":" in origin.host else origin.host
         if port != {"http": 80, "https": 443}[url.scheme]:
             host = f"{host}:{port}"
-        return cls(spec, origin, url.raw_path.rstrip("/"), host, idempotent)
+        return cls(spec, origin, url.raw_path.rstrip("/"), host, idempotent, operations)
+
+    def operation_for(self, method: str, path: str) -> str:
+        """The name `then_retry` uses: a matching `operations` entry, the route's
+        `operation`, else `METHOD /path`."""
+        for op_method, template, name in self.operations:
+            if op_method == method and template.fullmatch(path):
+                return name
+        return self.spec.operation or f"{method} {path}"
 
     def upstream_target(self, raw_path: str) -> str:
         """The request target sent upstream, keeping the client's bytes exactly as sent."""
@@ -66,6 +79,12 @@ class RouteTable:
             ):
                 return route
         return None
+
+
+def compile_template(template: str) -> re.Pattern[str]:
+    """`/orders/{id}` → a pattern where each `{name}` is one non-empty path segment."""
+    parts = re.split(r"\{[^/}]+\}", template)
+    return re.compile("[^/]+".join(re.escape(part) for part in parts))
 
 
 def choose_mode(route: Route, requested: str | None, caller: str, request_id: str) -> Mode:

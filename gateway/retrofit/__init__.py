@@ -1,0 +1,1 @@
+"""Retrofitting an API you do not own: a starter config from OpenAPI, rule drafts from traffic."""

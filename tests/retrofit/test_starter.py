@@ -1,0 +1,168 @@
+"""`mendpoint init`'s starter: rules from a real FastAPI OpenAPI document, safe by construction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.config.loader import builtin_names, load_config
+from gateway.config.models import RouteSpec
+from gateway.failure import Category
+from gateway.proxy.routes import Route
+from gateway.retrofit.openapi import OpenApiError, load, parse
+from gateway.retrofit.starter import build, category_for, says_more_than_status, upper_snake
+from tests.frameworks.orders_api import app as orders_app
+
+
+def document() -> dict[str, Any]:
+    """FastAPI's own OpenAPI document for the orders API (generated, not hand-written)."""
+    doc: dict[str, Any] = orders_app.openapi()
+    return doc
+
+
+def write_starter(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    starter = build("http://127.0.0.1:9", parse(doc), "openapi.json", None, builtin_names())
+    path = tmp_path / "mendpoint.yaml"
+    path.write_text(starter.config)
+    return path
+
+
+def test_documented_errors_become_rules_with_codes_categories_and_operations(
+    tmp_path: Path,
+) -> None:
+    loaded = load_config(str(write_starter(tmp_path, document())))
+    rules = {r.id: r for r in loaded.config.rules}
+    assert rules["createOrder-409"].error.code == "ORDER_ALREADY_EXISTS"
+    assert rules["createOrder-409"].error.category is Category.CONFLICT
+    assert rules["createOrder-409"].match.methods == ["POST"]
+    assert rules["createOrder-409"].match.path == "/orders"
+    assert rules["createOrder-402"].error.code == "CARD_DECLINED_BY_THE_ISSUER"
+    assert rules["getOrder-423"].error.code == "ORDER_IS_LOCKED_FOR_REVIEW"
+    assert rules["getOrder-423"].match.path == "/orders/*"
+    # GET is idempotent: a 503 there is transient and retryable after Retry-After.
+    stock = rules["getStock-503"].error
+    assert stock.retryable and stock.category is Category.UNAVAILABLE
+    route = loaded.config.routes[0]
+    names = {(op.method, op.path): op.name for op in route.operations}
+    assert names[("POST", "/orders")] == "createOrder"
+    assert names[("GET", "/orders/{order_id}")] == "getOrder"
+
+
+def test_nothing_unsafe_by_construction(tmp_path: Path) -> None:
+    """No retryable rule on a non-idempotent method; no fix_command anywhere."""
+    text = write_starter(tmp_path, document()).read_text()
+    loaded = load_config(str(tmp_path / "mendpoint.yaml"))
+    for rule in loaded.config.rules:
+        assert rule.error.fix_command is None
+        if rule.error.retryable:
+            assert set(rule.match.methods or []) <= set(
+                RouteSpec.model_fields["idempotent_methods"].get_default(call_default_factory=True)
+            )
+    assert "createOrder-503" not in {r.id for r in loaded.config.rules}
+    assert "POST /orders → 503: left to the shipped rules" in text
+    # Statuses described only by their reason phrase make no rule.
+    assert "getOrder-404" not in text and "getOrder-422" not in text
+    assert "review:" in text
+
+
+def test_examples_become_fixtures(tmp_path: Path) -> None:
+    starter = build("http://127.0.0.1:9", parse(document()), "x", None, builtin_names())
+    cases = {c["name"]: c for c in starter.fixtures}
+    example = cases["createOrder-409-example-1"]
+    assert example["response"]["json"] == {"detail": "Order dup-1 already exists"}
+    assert example["expect"]["code"] == "ORDER_ALREADY_EXISTS"
+    assert cases["getOrder-423-no-example"]["request"] == {"method": "GET", "path": "/orders/1"}
+
+
+def test_an_error_code_in_the_example_wins_over_the_description() -> None:
+    doc = {
+        "openapi": "3.1.0",
+        "info": {"title": "t", "version": "1"},
+        "paths": {
+            "/pay": {
+                "post": {
+                    "operationId": "pay",
+                    "responses": {
+                        "402": {
+                            "description": "Payment failed",
+                            "content": {
+                                "application/json": {
+                                    "examples": {
+                                        "declined": {"value": {"error": {"code": "card_declined"}}}
+                                    }
+                                }
+                            },
+                        }
+                    },
+                }
+            }
+        },
+    }
+    starter = build("http://127.0.0.1:9", parse(doc), "x", None, [])
+    assert [r.code for r in starter.rules] == ["CARD_DECLINED"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Order already exists", "ORDER_ALREADY_EXISTS"),
+        ("orderAlreadyExists", "ORDER_ALREADY_EXISTS"),
+        ("The quota (per day) is exhausted!", "THE_QUOTA_PER_DAY_IS_EXHAUSTED"),
+        ("409 conflict", "E_409_CONFLICT"),
+    ],
+)
+def test_upper_snake(text: str, expected: str) -> None:
+    assert upper_snake(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("description", "status", "more"),
+    [
+        ("Not Found", 404, False),
+        ("Validation Error", 422, False),
+        ("Error", 500, False),
+        ("Bad Request", 400, False),
+        ("Order already exists", 409, True),
+        ("Rate limit of 100 per minute exceeded", 429, True),
+    ],
+)
+def test_says_more_than_status(description: str, status: int, more: bool) -> None:
+    assert says_more_than_status(description, status) is more
+
+
+def test_categories_follow_the_status() -> None:
+    assert category_for(422) is Category.VALIDATION_ERROR
+    assert category_for(429) is Category.RATE_LIMITED
+    assert category_for(418) is Category.VALIDATION_ERROR
+    assert category_for(507) is Category.UPSTREAM_ERROR
+
+
+def test_operations_name_then_retry_per_method_and_template() -> None:
+    spec = RouteSpec.model_validate(
+        {
+            "name": "api",
+            "upstream": "http://127.0.0.1:9",
+            "operation": "fallback.op",
+            "operations": [
+                {"method": "GET", "path": "/orders/{id}", "name": "getOrder"},
+                {"method": "POST", "path": "/orders", "name": "createOrder"},
+            ],
+        }
+    )
+    route = Route.build(spec)
+    assert route.operation_for("GET", "/orders/42") == "getOrder"
+    assert route.operation_for("POST", "/orders") == "createOrder"
+    assert route.operation_for("GET", "/orders/42/items") == "fallback.op"
+    assert route.operation_for("GET", "/orders/") == "fallback.op"
+
+
+def test_documents_that_are_not_openapi_3_are_refused(tmp_path: Path) -> None:
+    swagger = tmp_path / "swagger.yaml"
+    swagger.write_text(yaml.safe_dump({"swagger": "2.0", "paths": {}}))
+    with pytest.raises(OpenApiError, match=r"not an OpenAPI 3\.x document"):
+        load(str(swagger))
+    with pytest.raises(OpenApiError, match="cannot read"):
+        load(str(tmp_path / "missing.json"))
