@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from gateway.cli import main
 from gateway.config.loader import builtin_names, load_config
 from gateway.config.models import RouteSpec
 from gateway.failure import Category
@@ -15,6 +18,8 @@ from gateway.proxy.routes import Route
 from gateway.retrofit.openapi import OpenApiError, load, parse
 from gateway.retrofit.starter import build, category_for, says_more_than_status, upper_snake
 from tests.frameworks.orders_api import app as orders_app
+from tests.support.frameworks import FrameworkApp, python_app, running
+from tests.support.gateway import StartGateway
 
 
 def document() -> dict[str, Any]:
@@ -166,3 +171,70 @@ def test_documents_that_are_not_openapi_3_are_refused(tmp_path: Path) -> None:
         load(str(swagger))
     with pytest.raises(OpenApiError, match="cannot read"):
         load(str(tmp_path / "missing.json"))
+
+
+@pytest.fixture(scope="module")
+def orders_api() -> Iterator[FrameworkApp]:
+    with running(python_app("orders_api.py"), ("orders",)) as [app]:
+        yield app
+
+
+async def test_init_then_check_then_serve_gives_specific_codes(
+    orders_api: FrameworkApp,
+    tmp_path: Path,
+    start_gateway: StartGateway,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """From only the URL of a real FastAPI app: its /openapi.json is found, the probe sees
+    Starlette, `check` and `test` pass on what init wrote, and the gateway names the
+    documented errors."""
+    out = tmp_path / "mendpoint.yaml"
+    argv = ["init", "--upstream", orders_api.url, "--out", str(out)]
+    assert await asyncio.to_thread(main, argv) == 0
+    said = capsys.readouterr().out
+    assert "packs: fastapi" in said
+    assert await asyncio.to_thread(main, ["check", "--config", str(out)]) == 0
+    fixtures = tmp_path / "mendpoint.fixtures.yaml"
+    assert await asyncio.to_thread(main, ["test", "--config", str(out), str(fixtures)]) == 0
+    assert "/openapi.json)" in out.read_text()
+
+    gateway = await start_gateway(load_config(str(out)))
+    dup = await gateway.request("POST", "/orders", json={"sku": "dup-9", "qty": 1})
+    assert dup.status == 409
+    body = await dup.json()
+    assert body["error"]["code"] == "ORDER_ALREADY_EXISTS"
+    assert body["detail"] == "Order dup-9 already exists"  # additive: the upstream's own field
+    locked = await gateway.request("GET", "/orders/7")
+    assert locked.headers["X-Error-Code"] == "ORDER_IS_LOCKED_FOR_REVIEW"
+    cold = await gateway.request("GET", "/stock/cold")
+    cold_error = (await cold.json())["error"]
+    assert cold_error["code"] == "INVENTORY_SERVICE_WARMING_UP"
+    assert cold_error["retryable"] is True and cold_error["retry_after_ms"] == 2000
+    # An undocumented error still gets the shipped pack's answer.
+    invalid = await gateway.request("POST", "/orders", json={"sku": 3})
+    assert invalid.status == 422
+    assert (await invalid.json())["error"]["code"] != "ORDER_ALREADY_EXISTS"
+
+
+def test_init_refuses_to_overwrite_and_reports_a_bad_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "mendpoint.yaml"
+    out.write_text("keep me\n")
+    assert main(["init", "--upstream", "http://127.0.0.1:9", "--out", str(out)]) != 0
+    assert out.read_text() == "keep me\n"
+    assert "--force" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"swagger": "2.0"}')
+    argv = [
+        "init",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--openapi",
+        str(bad),
+        "--out",
+        str(tmp_path / "x.yaml"),
+        "--force",
+    ]
+    assert main(argv) != 0
+    assert "not an OpenAPI 3.x document" in capsys.readouterr().err
