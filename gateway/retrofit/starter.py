@@ -15,12 +15,16 @@ no `fix_command` (a human adds commands to the registry).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+import yaml
+
+from gateway.config.loader import builtin_text
 from gateway.config.models import DEFAULT_IDEMPOTENT
 from gateway.failure import Category
 from gateway.retrofit.openapi import ApiDocument, ErrorResponse, Operation
@@ -59,25 +63,26 @@ class Starter:
 
 
 def category_for(status: int) -> Category:
-    table = {
-        400: Category.VALIDATION_ERROR,
-        401: Category.AUTH_REQUIRED,
-        403: Category.PERMISSION_DENIED,
-        404: Category.NOT_FOUND,
-        408: Category.TIMEOUT,
-        409: Category.CONFLICT,
-        410: Category.NOT_FOUND,
-        412: Category.CONFLICT,
-        413: Category.PAYLOAD_TOO_LARGE,
-        422: Category.VALIDATION_ERROR,
-        429: Category.RATE_LIMITED,
-        502: Category.UNAVAILABLE,
-        503: Category.UNAVAILABLE,
-        504: Category.TIMEOUT,
-    }
-    if status in table:
-        return table[status]
+    """The category the shipped fallback rule gives a bare `status` (http-defaults), so a
+    starter rule and the fallback it replaces agree; 4xx/5xx by class otherwise."""
+    category = _default_categories().get(status)
+    if category is not None:
+        return category
     return Category.VALIDATION_ERROR if status < 500 else Category.UPSTREAM_ERROR
+
+
+@functools.cache
+def _default_categories() -> dict[int, Category]:
+    pack = yaml.safe_load(builtin_text("http-defaults"))
+    found: dict[int, Category] = {}
+    for rule in pack.get("rules", []):
+        match = rule.get("match", {})
+        if set(match) - {"status", "methods"}:
+            continue  # a rule for one shape of the status, not for the status itself
+        for status in match.get("status", []):
+            if isinstance(status, int):
+                found.setdefault(status, Category(rule["error"]["category"]))
+    return found
 
 
 def upper_snake(text: str) -> str:

@@ -45,6 +45,8 @@ def test_documented_errors_become_rules_with_codes_categories_and_operations(
     assert rules["createOrder-409"].match.methods == ["POST"]
     assert rules["createOrder-409"].match.path == "/orders"
     assert rules["createOrder-402"].error.code == "CARD_DECLINED_BY_THE_ISSUER"
+    # Categories agree with the shipped fallback for the status (402: PERMISSION_DENIED).
+    assert rules["createOrder-402"].error.category is Category.PERMISSION_DENIED
     assert rules["getOrder-423"].error.code == "ORDER_IS_LOCKED_FOR_REVIEW"
     assert rules["getOrder-423"].match.path == "/orders/*"
     # GET is idempotent: a 503 there is transient and retryable after Retry-After.
@@ -141,7 +143,8 @@ def test_says_more_than_status(description: str, status: int, more: bool) -> Non
 def test_categories_follow_the_status() -> None:
     assert category_for(422) is Category.VALIDATION_ERROR
     assert category_for(429) is Category.RATE_LIMITED
-    assert category_for(418) is Category.VALIDATION_ERROR
+    assert category_for(402) is Category.PERMISSION_DENIED
+    assert category_for(499) is Category.VALIDATION_ERROR
     assert category_for(507) is Category.UPSTREAM_ERROR
 
 
