@@ -73,7 +73,7 @@ _UNSENT = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class FieldError:
-    """One field the upstream named as at fault (`error.fields`, docs/rules.md#fields)."""
+    """One field the upstream named as at fault (`error.fields`, docs/rules.md#errorfields)."""
 
     field: str
     message: str

@@ -125,7 +125,7 @@ def _may_repeat_side_effect(rule: CompiledRule, obs: Observation) -> bool:
     """A non-idempotent request that may have reached the upstream is never retryable.
 
     Unless the caller sent an `Idempotency-Key`: it declared the identical request safe to
-    repeat (docs/rules.md#side-effects).
+    repeat (docs/rules.md#side-effects-and-idempotency-key).
     """
     if obs.replay_safe or rule.error.side_effect_free:
         return False

@@ -29,7 +29,8 @@ def nested_models(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
     """The models inside a field's type, each with the path suffix that reaches it.
 
     `list[X]` is reached as `key[]`, `dict[str, X]` as `key.<id>`, `X | None` and
-    `Annotated[X, ...]` as `key`.
+    `Annotated[X, ...]` as `key`. `X | list[X]` (one item, or a list of them) is documented
+    once, as `key.sub`.
     """
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -41,9 +42,12 @@ def nested_models(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
     elif origin is dict:
         for model, suffix in nested_models(args[1]):
             yield model, ".<id>" + suffix
-    elif origin in (typing.Union, types.UnionType, typing.Annotated):
-        for arg in args if origin is not typing.Annotated else args[:1]:
-            yield from nested_models(arg)
+    elif origin is typing.Annotated:
+        yield from nested_models(args[0])
+    elif origin in (typing.Union, types.UnionType):
+        found = [pair for arg in args for pair in nested_models(arg)]
+        direct = {model for model, suffix in found if suffix == ""}
+        yield from ((m, s) for m, s in found if not (s == "[]" and m in direct))
 
 
 def key_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
@@ -72,6 +76,7 @@ def test_the_walk_reaches_nested_keys() -> None:
     ):
         assert path in CONFIG_KEYS
     assert "rules[].match.json_" not in CONFIG_KEYS
+    assert "rules[].match.json[].path" not in CONFIG_KEYS  # `X | list[X]`: once, as `json.path`
     assert "cases[].mcp.error.code" in FIXTURE_KEYS
 
 
@@ -97,8 +102,13 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
+    """The page's heading anchors: `{#id}` where a heading sets one, else its slug."""
     text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
-    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)}
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", text, re.MULTILINE):
+        explicit = re.search(r"\{#([\w-]+)\}\s*$", heading)
+        found.add(explicit.group(1) if explicit else slug(heading))
+    return found
 
 
 README_LINKS = [
@@ -168,7 +178,15 @@ def test_code_cites_docs_pages_not_spec_sections_or_issues() -> None:
         if CITATION.search(line)
     ]
     assert not found, "cite docs/<page>.md instead:\n" + "\n".join(found)
-    cited = {page for _, _, line in lines for page in re.findall(r"\bdocs/[\w-]+\.md", line)}
+    cited = {
+        ref for _, _, line in lines for ref in re.findall(r"\bdocs/[\w-]+\.md(?:#[\w-]+)?", line)
+    }
     assert "docs/spec.md" in cited
-    missing = sorted(page for page in cited if not (REPO / page).is_file())
+    missing = sorted(ref for ref in cited if not (REPO / ref.partition("#")[0]).is_file())
     assert not missing, f"code cites docs pages that do not exist: {missing}"
+    unanchored = sorted(
+        ref
+        for ref in cited
+        if "#" in ref and ref.partition("#")[2] not in anchors(REPO / ref.partition("#")[0])
+    )
+    assert not unanchored, f"code cites headings that do not exist: {unanchored}"
