@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -25,12 +26,14 @@ from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_text, embedded_config, load_catalog, load_config
 from gateway.config.models import parse_host_port
+from gateway.config.secrets import TOKEN_ENV, TokenError
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
 from gateway.followups import Outcome, reading
 from gateway.logs import setup_logging
 from gateway.mcp.stdio import run_stdio
+from gateway.resolve.auth import TokenFile
 from gateway.resolve.callers import ANONYMOUS, CallerDirectory
 from gateway.resolve.server import RESOLVE_PATH, build_resolver_app
 from gateway.resolve.service import RecoveryService
@@ -137,6 +140,18 @@ def _parser() -> argparse.ArgumentParser:
     resolver = sub.add_parser("resolver", help="serve the remote-resolver endpoint from a catalog")
     resolver.add_argument("--config", required=True, help="a config, or a pack with skills:")
     resolver.add_argument("--listen", default="127.0.0.1:8090", help="HOST:PORT to listen on")
+    resolver.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="accept only requests with `Authorization: Bearer TOKEN` for a token in FILE (one "
+        f"per line; overrides {TOKEN_ENV}; docs/security.md)",
+    )
+    resolver.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without a token on a non-loopback address (anyone who reaches it can read "
+        "the whole catalog)",
+    )
     resolver.set_defaults(run=_resolver)
 
     stdio = sub.add_parser(
@@ -320,15 +335,39 @@ def _resolver(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mendpoint resolver: --listen: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    token_path = args.token_file or os.environ.get(TOKEN_ENV, "").strip() or None
+    tokens = None
+    if token_path is not None:
+        try:
+            tokens = TokenFile(token_path)
+        except TokenError as exc:
+            print(f"mendpoint resolver: token file: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+    elif not _loopback(host) and not args.insecure_no_auth:
+        print(
+            f"mendpoint resolver: refusing to serve {host} without authentication: anyone who "
+            f"can reach it could read the whole catalog. Give --token-file FILE (or "
+            f"{TOKEN_ENV}), listen on a loopback address, or pass --insecure-no-auth "
+            f"(docs/security.md)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    elif not _loopback(host):
+        logging.getLogger("mendpoint.resolver").warning(
+            "serving %s WITHOUT authentication (--insecure-no-auth): anyone who can reach it "
+            "can read the whole catalog",
+            host,
+        )
     service = RecoveryService.build(load_catalog(args.config))
     print(
         f"mendpoint resolver: catalog {service.catalog.version}, listening on "
-        f"http://{host}:{port}{RESOLVE_PATH}",
+        f"http://{host}:{port}{RESOLVE_PATH}"
+        f"{' (bearer token required)' if tokens is not None else ''}",
         file=sys.stderr,
         flush=True,
     )
     web.run_app(
-        build_resolver_app(service),
+        build_resolver_app(service, tokens),
         host=host,
         port=port,
         access_log=None,
@@ -336,6 +375,16 @@ def _resolver(args: argparse.Namespace) -> int:
         handle_signals=True,
     )
     return EXIT_OK
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` is reachable only from this machine (a name other than localhost is not)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -61,6 +61,8 @@ class LoadedConfig:
     files: list[str] = field(default_factory=list)
     docs: dict[str, YamlDoc] = field(default_factory=dict)
     packs: list[str] = field(default_factory=list)  # every rule file, in match order
+    # Read from `resolver.token_file` (or MENDPOINT_RESOLVER_TOKEN_FILE); never printed.
+    resolver_token: str | None = field(default=None, repr=False)
 
     def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
         """The line of a field inside a sourced item, for error messages."""

@@ -29,6 +29,7 @@ from gateway.config.models import (
     RouteSpec,
     RulePack,
 )
+from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
 from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
 
@@ -108,6 +109,7 @@ def _assemble(config: GatewayConfig, doc: YamlDoc, base_dir: str) -> LoadedConfi
     problems: list[Problem] = []
     if config.callers is not None and config.callers.keys_file is not None:
         problems.extend(_add_keys_file(loaded, config.callers, doc, base_dir))
+    problems.extend(_add_resolver_token(loaded, doc, base_dir))
     own = RulePack(
         rules=config.rules,
         commands=config.commands,
@@ -259,6 +261,31 @@ def _add_keys_file(
         digests.add(key.key)
     loaded.callers = callers.model_copy(update={"keys": [*callers.keys, *extra]})
     return problems
+
+
+def _add_resolver_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Problem]:
+    """Read the remote resolver's token; MENDPOINT_RESOLVER_TOKEN_FILE wins over the config.
+
+    The file joins `loaded.files`, so a rotated token (a Secret updated in place) reloads the
+    config like any edited file.
+    """
+    spec = loaded.config.resolver
+    from_env = os.environ.get(TOKEN_ENV, "").strip()
+    if spec.url is None or not (from_env or spec.token_file):
+        return []
+    if from_env:
+        path, file, line, field = from_env, TOKEN_ENV, None, ""
+    else:
+        assert spec.token_file is not None
+        path, file, field = spec.token_file, doc.file, "resolver.token_file"
+        line = doc.line_of(("resolver", "token_file"))
+    path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    try:
+        loaded.resolver_token = read_tokens(path)[0]
+    except TokenError as exc:
+        return [Problem(file, line, field, str(exc))]
+    loaded.files.append(os.path.abspath(path))
+    return []
 
 
 def _read_yaml(path: str) -> YamlDoc:

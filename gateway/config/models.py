@@ -374,6 +374,14 @@ class ResolverSpec(Strict):
     breaker_cooldown_s: float = Field(default=10, gt=0, le=3600)
     cache_size: int = Field(default=1024, ge=0, le=1_000_000)
     cache_ttl_s: float = Field(default=30, ge=0, le=86_400)
+    # The bearer token the remote resolver expects (docs/security.md#resolver-authentication).
+    token_file: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _token_needs_url(self) -> ResolverSpec:
+        if self.token_file is not None and self.url is None:
+            raise ValueError("token_file is only used with url (a remote resolver)")
+        return self
 
 
 class LimitsSpec(Strict):

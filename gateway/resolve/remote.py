@@ -1,9 +1,10 @@
 """Calling a remote resolver: validated answers, a circuit breaker and a bounded TTL cache.
 
 The request carries only the failure, the caller's scopes and the operation: never the
-caller's `Authorization`, `Cookie` or API key. A resolver that errors, hangs, redirects,
-answers garbage or too much is a failure like any other: the breaker counts it, and the
-gateway sends the failure without options.
+caller's `Authorization`, `Cookie` or API key. Its one credential is the gateway's own bearer
+token (`resolver.token_file`), which `mendpoint resolver --token-file` checks. A resolver
+that errors, hangs, redirects, answers garbage or too much (or 401) is a failure like any
+other: the breaker counts it, and the gateway sends the failure without options.
 """
 
 from __future__ import annotations
@@ -115,11 +116,15 @@ class RemoteResolver:
         timeout_s: float,
         breaker: CircuitBreaker,
         cache: TTLCache,
+        token: str | None = None,
     ) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self.breaker = breaker
         self.cache = cache
+        self._headers = {"Content-Type": "application/json"}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token}"
         self._session: aiohttp.ClientSession | None = None
 
     async def fetch(
@@ -152,9 +157,14 @@ class RemoteResolver:
         async with session.post(
             self.url,
             data=body.model_dump_json().encode(),
-            headers={"Content-Type": "application/json"},
+            headers=self._headers,
             allow_redirects=False,
         ) as response:
+            if response.status == 401:
+                raise ResolverUnavailable(
+                    "resolver answered 401: its token and resolver.token_file "
+                    "(or MENDPOINT_RESOLVER_TOKEN_FILE) differ"
+                )
             if response.status != 200:
                 raise ResolverUnavailable(f"resolver answered {response.status}")
             raw, complete = await read_capped(response.content, MAX_RESPONSE_BYTES)

@@ -63,6 +63,7 @@ class RecoveryService:
                 timeout_s=spec.budget_ms / 1000,
                 breaker=CircuitBreaker(spec.breaker_failures, spec.breaker_cooldown_s),
                 cache=TTLCache(spec.cache_size, spec.cache_ttl_s),
+                token=loaded.resolver_token,
             )
         catalog = Catalog.build(loaded.skills, loaded.policies)
         return cls(catalog, spec.max_options, remote)

@@ -15,12 +15,15 @@ import yaml
 
 from gateway.cli import _parser
 from gateway.config.loader import load_catalog, load_config
+from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
 from gateway.observe import REGISTRY
 from tests.support.paths import DEPLOY
 
 DEPLOY = DEPLOY
 MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 K8S_VERSION = "1.30.0"
+# What an operator puts in the resolver's Secret before deploying (docs/security.md).
+OPERATOR_TOKEN = "3b9f0c2a7d6e5f4a1b8c9d0e2f3a4b5c"
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
@@ -56,15 +59,20 @@ def test_the_expected_objects_exist() -> None:
         ("PodDisruptionBudget", "mendpoint-gateway"),
         ("Deployment", "mendpoint-resolver"),
         ("Service", "mendpoint-resolver"),
+        ("Secret", "mendpoint-resolver-token"),
+        ("NetworkPolicy", "mendpoint-resolver"),
     } <= kinds
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
-def test_mendpoint_container_args_parse_and_configs_load(path: Path, tmp_path: Path) -> None:
+def test_mendpoint_container_args_parse_and_configs_load(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     docs = documents(path)
     config_maps = {
         doc["metadata"]["name"]: doc["data"] for doc in docs if doc["kind"] == "ConfigMap"
     }
+    config_maps.update(secrets())
     checked = 0
     for doc in docs:
         for container in containers(doc):
@@ -74,6 +82,11 @@ def test_mendpoint_container_args_parse_and_configs_load(path: Path, tmp_path: P
             parses(argv)
             mounted = _materialise(doc, config_maps, tmp_path)
             config_path = mounted[argv[argv.index("--config") + 1]]
+            resolver_spec = yaml.safe_load(config_path.read_text()).get("resolver", {})
+            if "token_file" in resolver_spec:  # the Pod's path, where the Secret is mounted
+                monkeypatch.setenv(TOKEN_ENV, str(mounted[resolver_spec["token_file"]]))
+            if "--token-file" in argv:
+                assert read_tokens(str(mounted[argv[argv.index("--token-file") + 1]]))
             loaded = (load_catalog if argv[0] == "resolver" else load_config)(str(config_path))
             assert loaded.rules or loaded.skills
             probes = [
@@ -85,12 +98,27 @@ def test_mendpoint_container_args_parse_and_configs_load(path: Path, tmp_path: P
     assert checked >= 1
 
 
+def secrets() -> dict[str, dict[str, str]]:
+    """Every Secret of the manifests, its placeholder token replaced as the operator must."""
+    found = {}
+    for path in MANIFESTS:
+        for doc in documents(path):
+            if doc["kind"] == "Secret":
+                data = dict(doc["stringData"])
+                found[doc["metadata"]["name"]] = {k: OPERATOR_TOKEN for k in data}
+    return found
+
+
 def _materialise(
     doc: dict[str, Any], config_maps: dict[str, dict[str, str]], root: Path
 ) -> dict[str, Path]:
-    """Write each mounted ConfigMap where the Pod would see it; map mount paths to files."""
+    """Write each mounted ConfigMap or Secret where the Pod would see it; map mount paths to
+    files."""
     pod = doc["spec"]["template"]["spec"]
     volumes = {v["name"]: v["configMap"] for v in pod["volumes"] if "configMap" in v}
+    volumes.update(
+        {v["name"]: {"name": v["secret"]["secretName"]} for v in pod["volumes"] if "secret" in v}
+    )
     files: dict[str, Path] = {}
     for container in pod["containers"]:
         for mount in container.get("volumeMounts", []):
@@ -105,6 +133,68 @@ def _materialise(
                 target.write_text(data[item["key"]])
                 files[f"{mount['mountPath']}/{item['path']}"] = target
     return files
+
+
+def objects(kind: str) -> dict[str, dict[str, Any]]:
+    return {
+        doc["metadata"]["name"]: doc
+        for p in MANIFESTS
+        for doc in documents(p)
+        if doc["kind"] == kind
+    }
+
+
+def mounts_of(deployment: dict[str, Any], secret: str) -> list[str]:
+    """Where `deployment`'s Mendpoint container sees `secret` mounted."""
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"] for v in pod["volumes"] if v.get("secret", {}).get("secretName") == secret}
+    (container,) = [c for c in pod["containers"] if "command" not in c]
+    return [m["mountPath"] for m in container["volumeMounts"] if m["name"] in volumes]
+
+
+def test_the_resolver_token_comes_from_one_secret_in_both_deployments(tmp_path: Path) -> None:
+    """The resolver's --token-file and the gateway's resolver.token_file are that Secret's key,
+    and the shipped placeholder is refused, so nobody runs with the token printed here."""
+    (secret,) = objects("Secret").values()
+    name, keys = secret["metadata"]["name"], list(secret["stringData"])
+    placeholder = tmp_path / "placeholder"
+    placeholder.write_text(secret["stringData"][keys[0]])
+    with pytest.raises(TokenError):
+        read_tokens(str(placeholder))
+    deployments = objects("Deployment")
+    resolver, gateway = deployments["mendpoint-resolver"], deployments["mendpoint-gateway"]
+    expected = {f"{mount}/{keys[0]}" for mount in mounts_of(resolver, name)}
+    args = containers(resolver)[0]["args"]
+    assert args[args.index("--token-file") + 1] in expected
+    config = yaml.safe_load(objects("ConfigMap")["mendpoint-gateway"]["data"]["gateway.yaml"])
+    assert config["resolver"]["token_file"] in {
+        f"{mount}/{keys[0]}" for mount in mounts_of(gateway, name)
+    }
+    for deployment in (resolver, gateway):
+        pod = deployment["spec"]["template"]["spec"]
+        # Secret files are root-owned: the non-root user reads them through its group.
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
+
+
+def test_only_gateway_pods_may_reach_the_resolver() -> None:
+    (policy,) = objects("NetworkPolicy").values()
+    deployments = objects("Deployment")
+    labels = {name: d["spec"]["template"]["metadata"]["labels"] for name, d in deployments.items()}
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    selected = [
+        n for n, lab in labels.items() if spec["podSelector"]["matchLabels"].items() <= lab.items()
+    ]
+    assert selected == ["mendpoint-resolver"]
+    (rule,) = spec["ingress"]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}  # same namespace, no ipBlock, no other namespaces
+    admitted = [
+        n for n, lab in labels.items() if peer["podSelector"]["matchLabels"].items() <= lab.items()
+    ]
+    assert admitted == ["mendpoint-gateway"]
+    ports = {p["name"] for p in containers(deployments["mendpoint-resolver"])[0]["ports"]}
+    assert [p["port"] for p in rule["ports"]] == list(ports)
 
 
 def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
