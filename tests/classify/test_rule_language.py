@@ -341,7 +341,11 @@ def test_fixture_json_is_compact_like_framework_output(tmp_path: Path) -> None:
                             "content_type": "application/json",
                             "body": '{"name":["This field may not be blank."]}',
                         },
-                        "expect": {"rule": "http-400"},
+                        # Not rule r; the shipped DRF rule reads the raw body as sent.
+                        "expect": {
+                            "rule": "django-drf-field-errors",
+                            "message": "name: This field may not be blank.",
+                        },
                     },
                 ]
             },

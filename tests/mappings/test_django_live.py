@@ -16,10 +16,13 @@ async def test_serializer_errors_name_the_field(
     )
     assert failure.status == 400
     assert failure.envelope["meta"]["rule"] == "django-drf-field-errors"
-    assert failure.error["message"] == "name: This field may not be blank."
-    assert failure.error["fix_required"] == (
-        "Correct name (This field may not be blank.), then reissue the request"
+    assert failure.error["message"] == (
+        "name: This field may not be blank.; quantity: A valid integer is required."
     )
+    assert failure.error["fields"] == [
+        {"field": "name", "message": "This field may not be blank."},
+        {"field": "quantity", "message": "A valid integer is required."},
+    ]
     taken = await live_failure(
         gateway, django_app, "POST", "/api/items/", json={"name": "taken", "quantity": 1}
     )

@@ -7,7 +7,7 @@ from tests.support.frameworks import FrameworkApp, live_failure
 from tests.support.gateway import StartGateway
 
 
-async def test_422_names_the_field_and_pydantics_message(
+async def test_422_names_every_field_and_pydantics_message(
     start_gateway: StartGateway, fastapi_app: FrameworkApp
 ) -> None:
     gateway = await start_gateway(embedded_config(fastapi_app.url))
@@ -15,13 +15,27 @@ async def test_422_names_the_field_and_pydantics_message(
         gateway, fastapi_app, "POST", "/orders", json={"name": 5, "quantity": 0}
     )
     assert failure.status == 422
-    assert failure.envelope["meta"]["rule"] == "fastapi-422-field"
+    assert failure.envelope["meta"]["rule"] == "fastapi-422-fields"
     assert failure.error["code"] == "VALIDATION_FAILED"
-    assert failure.error["message"] == "body.name: Input should be a valid string"
-    assert failure.error["fix_required"] == (
-        "Correct body.name (Input should be a valid string), then reissue the request"
+    assert failure.error["message"] == (
+        "body.name: Input should be a valid string; body.quantity: Input should be greater than 0"
     )
+    assert failure.error["fields"] == [
+        {"field": "body.name", "message": "Input should be a valid string"},
+        {"field": "body.quantity", "message": "Input should be greater than 0"},
+    ]
     assert failure.error["retryable"] is False
+    address = {"city": "Oslo", "postcode": "1"}
+    nested = await live_failure(
+        gateway,
+        fastapi_app,
+        "POST",
+        "/orders",
+        json={"name": "x", "quantity": 1, "address": address},
+    )
+    assert nested.error["fields"] == [
+        {"field": "body.address.postcode", "message": "String should match pattern '^\\d{5}$'"}
+    ]
 
 
 async def test_422_for_query_and_path_parameters(
@@ -42,8 +56,11 @@ async def test_malformed_json_and_a_body_that_is_not_an_object(
     broken = await live_failure(gateway, fastapi_app, "POST", "/orders", data=b"{", headers=headers)
     assert broken.error["code"] == "MALFORMED_JSON"
     assert broken.error["fix_required"] == "Send a well-formed JSON body, then reissue the request"
+    assert broken.error["message"] == (
+        "The request body is not valid JSON: Expecting property name enclosed in double quotes"
+    )
     scalar = await live_failure(gateway, fastapi_app, "POST", "/orders", json="x")
-    assert scalar.envelope["meta"]["rule"] == "fastapi-422-whole"
+    assert scalar.envelope["meta"]["rule"] == "fastapi-422-fields"
     assert scalar.error["message"].startswith("body: Input should be a valid dictionary")
 
 
