@@ -400,6 +400,16 @@ class LimitsSpec(Strict):
     max_header_bytes: int = Field(default=8190, ge=256, le=1 << 20)
     max_headers: int = Field(default=100, ge=8, le=1000)
     keepalive_timeout_s: float = Field(default=15, gt=0, le=3600)
+    # Upstream connections are retired while idle before the upstream itself would close them
+    # (gunicorn 2 s, uvicorn and Node 5 s): a close crossing a new request costs that request.
+    upstream_idle_timeout_s: float = Field(default=1.5, gt=0, le=3600)
+    # A request body up to this size is kept while it streams, so a request that met a dead
+    # pooled connection can be sent again on a fresh one (see docs/configuration.md).
+    replay_body_bytes: int = Field(default=64 << 10, ge=0, le=16 << 20)
+    # Response heads: a generous cap (a 17 KB Content-Security-Policy is real), a per-field
+    # length and a field count; Envoy allows 60 KiB and 100 fields by default.
+    max_response_header_bytes: int = Field(default=64 << 10, ge=1024, le=1 << 20)
+    max_response_headers: int = Field(default=500, ge=8, le=10_000)
     max_upstream_connections: int = Field(default=256, ge=1)
     max_client_connections: int = Field(default=4096, ge=1)
     regex_timeout_ms: int = Field(default=50, ge=1, le=10_000)

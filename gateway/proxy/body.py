@@ -24,6 +24,15 @@ class BodyStalled(Exception):
 
 
 class RequestBody:
+    """The client's body as an async iterable of chunks, replayable while it stays small.
+
+    Up to `keep_bytes` of it are kept as they pass, so that when a reused upstream connection
+    turns out to be dead before any answer the upstream client can send the same bytes again
+    on a fresh one (`replayable`). A second iteration yields the kept chunks, then reads on
+    from the client where the first stopped. Over `keep_bytes` nothing is kept: a large body
+    is streamed once and never replayed.
+    """
+
     def __init__(
         self,
         stream: StreamReader,
@@ -31,17 +40,31 @@ class RequestBody:
         stall_timeout_s: float,
         on_end: Callable[[], None] | None = None,
         digest: Any = None,
+        keep_bytes: int = 0,
     ) -> None:
         self._stream = stream
         self._max_bytes = max_bytes
         self._stall_timeout_s = stall_timeout_s
         self._on_end = on_end
         self._digest = digest  # a hashlib object fed every chunk (follow-up tracking)
+        self._keep_bytes = keep_bytes
+        self._kept: list[bytes] | None = [] if keep_bytes > 0 else None
+        self._total = 0
+        self._ended = False
         self.failure: BodyTooLarge | BodyStalled | None = None
 
+    @property
+    def replayable(self) -> bool:
+        """Every byte taken from the client so far is kept, and the client's body is sound."""
+        return self._kept is not None and self.failure is None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.chunks()
+
     async def chunks(self) -> AsyncIterator[bytes]:
-        total = 0
-        while True:
+        for chunk in tuple(self._kept or ()):  # a replay: what an earlier attempt took
+            yield chunk
+        while not self._ended:
             try:
                 async with asyncio.timeout(self._stall_timeout_s):
                     chunk = await self._stream.readany()
@@ -49,15 +72,21 @@ class RequestBody:
                 self.failure = BodyStalled()
                 raise self.failure from None
             if not chunk:
+                self._ended = True
                 if self._on_end is not None:
                     self._on_end()
                 return
             if self._digest is not None:
                 self._digest.update(chunk)
-            total += len(chunk)
-            if total > self._max_bytes:
+            self._total += len(chunk)
+            if self._total > self._max_bytes:
                 self.failure = BodyTooLarge()
                 raise self.failure
+            if self._kept is not None:
+                if self._total <= self._keep_bytes:
+                    self._kept.append(chunk)
+                else:
+                    self._kept = None
             yield chunk
 
 

@@ -9,9 +9,17 @@ retries). This client keeps the parts worth keeping from aiohttp and drops the r
   chunked and length framing, flow control, the per-read `sock_read` timeout);
 - aiohttp's `StreamWriter` for the request (header serialisation that refuses CR/LF,
   chunking, back-pressure);
-- one attempt per request: a connection that fails is never silently retried (docs/transparency.md);
 - a connection returns to the pool only when its response was read whole, its request body
-  was sent whole, and neither side asked to close.
+  was sent whole, and neither side asked to close;
+- stale connections are noticed before they are used: a peer's close still waiting in the
+  kernel is polled for, an idle connection is retired before the upstream's keep-alive timeout
+  (`Keep-Alive: timeout=N`, else `limits.upstream_idle_timeout_s`), and a connection whose
+  last answer was a 5xx (servers often close 1-4 ms after one) is given only to a request
+  that could be replayed;
+- one replay, as mature HTTP clients do: when a *reused* connection fails before any byte of
+  an answer, a request that is safe to send again (no body or a small one kept whole, and an
+  idempotent method or nothing written) goes once more on a fresh connection. Nothing else
+  is ever retried (docs/transparency.md).
 
 Faults before the response head are raised as `UpstreamFault` carrying the `TransportKind`;
 faults while the body is read surface from the payload stream as aiohttp's own errors.
@@ -22,6 +30,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import logging
+import re
+import select
 import socket
 import ssl
 from collections import deque
@@ -31,21 +42,33 @@ from typing import Any
 
 import aiohttp
 from aiohttp import hdrs
-from aiohttp.client_exceptions import SocketTimeoutError
+from aiohttp.client_exceptions import (
+    ClientOSError,
+    ServerDisconnectedError,
+    SocketTimeoutError,
+)
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.helpers import BaseTimerContext, TimeoutHandle
 from aiohttp.http import HttpProcessingError, StreamWriter
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.config.models import LimitsSpec
 from gateway.failure import TransportKind
 from gateway.proxy.aiohttp_private import LazyReadTimeoutProtocol
+from gateway.proxy.body import RequestBody
+
+log = logging.getLogger("mendpoint.upstream")
 
 # Methods that carry no body by definition; any other one without a body says Content-Length: 0
 # (as aiohttp and curl do), so an upstream never waits for a body that will not come.
 BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
 READ_CHUNK = 2**16
+# How a reused connection dies when the upstream closed it first; timeouts are not among them
+# (the upstream may still be working on the request).
+CONNECTION_LOST = (ServerDisconnectedError, ClientOSError, ConnectionResetError)
+_KEEP_ALIVE_TIMEOUT = re.compile(r"timeout\s*=\s*(\d+)", re.IGNORECASE)
 
 
 class UpstreamFault(aiohttp.ClientError):
@@ -67,6 +90,17 @@ class Origin:
     @property
     def tls(self) -> bool:
         return self.scheme == "https"
+
+
+class _Protocol(LazyReadTimeoutProtocol):
+    """The upstream connection's protocol; it notes whether any byte of an answer arrived
+    since the request went out (a failure before that is one a replay may survive)."""
+
+    answered = False
+
+    def data_received(self, data: bytes) -> None:
+        self.answered = True
+        super().data_received(data)
 
 
 class UpstreamResponse:
@@ -101,6 +135,10 @@ class UpstreamResponse:
         """Hand the connection back: pooled if the exchange ended cleanly, closed otherwise."""
         conn, self._conn = self._conn, None
         if conn is not None:
+            conn.after_error = self.status >= 500
+            keep_alive = self.headers.get(hdrs.KEEP_ALIVE)
+            if keep_alive is not None:
+                conn.idle_limit = keep_alive_limit(keep_alive, conn.idle_limit)
             self._client._release(self._origin, conn, reusable=self.content.is_eof())
 
     def close(self) -> None:
@@ -112,10 +150,42 @@ class UpstreamResponse:
 
 @dataclass(slots=True)
 class _Connection:
-    protocol: ResponseHandler
+    protocol: _Protocol
+    fd: int  # polled for a close the event loop has not seen yet
+    idle_limit: float  # seconds it may stay idle: our limit, or less if the upstream says so
     idle_since: float = 0.0
+    reused: bool = False
+    after_error: bool = False  # its last answer was a 5xx
+    written: bool = False  # a byte of the request went out on it
     sender: asyncio.Task[None] | None = None
     total: asyncio.TimerHandle | None = None
+
+    def expired(self, now: float) -> bool:
+        return now - self.idle_since >= self.idle_limit
+
+
+def keep_alive_limit(value: str, limit: float) -> float:
+    """The idle time to allow after `Keep-Alive: timeout=N`: a margin below N, at most `limit`.
+
+    The upstream's clock starts when it sent the answer, a little before it arrived here;
+    closing a second early (half the time for N < 2) keeps the two from racing.
+    """
+    match = _KEEP_ALIVE_TIMEOUT.search(value)
+    if match is None:
+        return limit
+    seconds = int(match.group(1))
+    return min(limit, max(seconds - 1.0, seconds / 2))
+
+
+def peer_closed(fd: int) -> bool:
+    """Readable while idle: the upstream closed it (or sent bytes nobody asked for).
+
+    The event loop sees a close only on its next turn; a busy loop can hand out a connection
+    whose close is already in the kernel. One poll (~0.5 µs) catches that before writing.
+    """
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class ResponseDeadline:
@@ -180,11 +250,11 @@ class UpstreamClient:
             "auto_decompress": False,
             "read_timeout": limits.read_timeout_s,
             "read_bufsize": READ_CHUNK,
-            "max_line_size": limits.max_line_bytes * 2,
-            "max_field_size": limits.max_header_bytes * 2,
-            "max_headers": max(limits.max_headers * 2, 128),
+            "max_line_size": limits.max_response_header_bytes,
+            "max_field_size": limits.max_response_header_bytes,
+            "max_headers": limits.max_response_headers,
         }
-        self._sweeper = self._loop.call_later(limits.keepalive_timeout_s, self._sweep)
+        self._sweeper = self._loop.call_later(limits.upstream_idle_timeout_s / 2, self._sweep)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -196,34 +266,71 @@ class UpstreamClient:
         origin: Origin,
         target: str,
         headers: CIMultiDict[str],
-        body: bytes | AsyncIterable[bytes] | None = None,
+        body: bytes | RequestBody | AsyncIterable[bytes] | None = None,
         deadline: ResponseDeadline | None = None,
+        *,
+        idempotent: bool = False,
     ) -> UpstreamResponse:
-        """Send one request and return once the response head has arrived."""
+        """Send one request and return once the response head has arrived.
+
+        `idempotent` (the route's idempotent methods) allows the one replay described in the
+        module docstring; without it a request is replayed only if nothing was written.
+        """
         total = TimeoutHandle(self._loop, self._limits.total_timeout_s)
         timer = total.timer()  # a no-op context when there is no total timeout
         total_handle = total.start()
+        replayable = idempotent and _replayable(body)
+        fresh = False
+        while True:
+            try:
+                with timer:
+                    conn = await self._acquire(origin, replayable=replayable, fresh=fresh)
+            except BaseException:
+                if total_handle is not None:
+                    total_handle.cancel()
+                raise
+            conn.total = total_handle
+            try:
+                with timer:
+                    return await self._exchange(
+                        conn, origin, method, target, headers, body, deadline, timer
+                    )
+            except BaseException as exc:
+                conn.total = None  # the same total timeout carries over to a replay
+                self._release(origin, conn, reusable=False)
+                if fresh or not _may_replay(conn, exc, idempotent, body):
+                    if total_handle is not None:
+                        total_handle.cancel()
+                    raise
+                log.info(
+                    "upstream %s:%d closed a reused connection before answering (%s); "
+                    "sending the %s once more on a new connection",
+                    origin.host,
+                    origin.port,
+                    type(exc).__name__,
+                    method,
+                )
+            fresh = True
+
+    async def _exchange(
+        self,
+        conn: _Connection,
+        origin: Origin,
+        method: str,
+        target: str,
+        headers: CIMultiDict[str],
+        body: bytes | RequestBody | AsyncIterable[bytes] | None,
+        deadline: ResponseDeadline | None,
+        timer: BaseTimerContext,
+    ) -> UpstreamResponse:
+        await self._send(conn, method, target, headers, body, timer)
+        if deadline is None:
+            return await self._response_head(conn, origin)
+        deadline.arm(functools.partial(_too_late, conn.protocol))
         try:
-            with timer:
-                conn = await self._acquire(origin)
-        except BaseException:
-            if total_handle is not None:
-                total_handle.cancel()
-            raise
-        conn.total = total_handle
-        try:
-            with timer:
-                await self._send(conn, method, target, headers, body, timer)
-                if deadline is None:
-                    return await self._response_head(conn, origin)
-                deadline.arm(functools.partial(_too_late, conn.protocol))
-                try:
-                    return await self._response_head(conn, origin)
-                finally:
-                    deadline.disarm()
-        except BaseException:
-            self._release(origin, conn, reusable=False)
-            raise
+            return await self._response_head(conn, origin)
+        finally:
+            deadline.disarm()
 
     async def _send(
         self,
@@ -231,10 +338,11 @@ class UpstreamClient:
         method: str,
         target: str,
         headers: CIMultiDict[str],
-        body: bytes | AsyncIterable[bytes] | None,
+        body: bytes | RequestBody | AsyncIterable[bytes] | None,
         timer: BaseTimerContext,
     ) -> None:
         protocol = conn.protocol
+        protocol.answered = conn.written = False
         protocol.set_response_params(
             timer=timer,  # the total timeout, if any, also bounds reading the body
             skip_payload=method == "HEAD",
@@ -254,9 +362,10 @@ class UpstreamClient:
         await writer.write_headers(f"{method} {target} HTTP/1.1", headers)
         if body is None:
             protocol.start_timeout()
+            conn.written = True
             writer.set_eof()
         else:
-            conn.sender = self._loop.create_task(_send_body(writer, protocol, body))
+            conn.sender = self._loop.create_task(_send_body(writer, conn, body))
 
     async def _response_head(self, conn: _Connection, origin: Origin) -> UpstreamResponse:
         protocol = conn.protocol
@@ -264,6 +373,7 @@ class UpstreamClient:
             try:
                 message, payload = await protocol.read()
             except HttpProcessingError as exc:
+                self._over_limits(origin, exc)
                 raise UpstreamFault(TransportKind.INVALID_RESPONSE, repr(exc)) from exc
             # 1xx interim answers (100 Continue, 103 Early Hints) precede the real one; a 101
             # is final and the caller refuses it, since the gateway never asks to upgrade.
@@ -273,45 +383,83 @@ class UpstreamClient:
             message.code, message.reason, message.headers, payload, self, origin, conn
         )
 
-    async def _acquire(self, origin: Origin) -> _Connection:
-        """A kept-alive connection to `origin`, else a new one once the cap leaves room."""
-        conn = self._take_idle(origin)
+    def _over_limits(self, origin: Origin, exc: HttpProcessingError) -> None:
+        """Name the limit an upstream's answer broke, so an operator knows what to raise."""
+        limits = self._limits
+        if isinstance(exc, LineTooLong):
+            limit = f"limits.max_response_header_bytes ({limits.max_response_header_bytes})"
+        elif isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc.message):
+            limit = f"limits.max_response_headers ({limits.max_response_headers})"
+        else:
+            return
+        log.warning(
+            "upstream %s:%d sent a response head over %s; answered 502",
+            origin.host,
+            origin.port,
+            limit,
+        )
+
+    async def _acquire(
+        self, origin: Origin, *, replayable: bool = False, fresh: bool = False
+    ) -> _Connection:
+        """A kept-alive connection to `origin` (unless `fresh`), else a new one once the cap
+        leaves room. A connection whose last answer was a 5xx goes only to a `replayable`
+        request: servers often close right after an error, and only a replay survives that."""
+        conn = None if fresh else self._take_idle(origin, replayable)
         if conn is not None:
             return conn
         if self._open >= self._limits.max_upstream_connections:
             try:  # aiohttp's `connect` timeout: the wait for a free connection included
                 async with asyncio.timeout(self._limits.connect_timeout_s * 2):
-                    conn = await self._wait_for_room(origin)
+                    conn = await self._wait_for_room(origin, replayable, fresh)
             except TimeoutError:
                 raise UpstreamFault(TransportKind.CONNECT_TIMEOUT, "no free connection") from None
             if conn is not None:
                 return conn
         self._open += 1
         try:
-            return _Connection(await self._connect(origin))
+            protocol = await self._connect(origin)
         except BaseException:
             self._open -= 1
             self._wake()
             raise
+        assert protocol.transport is not None
+        fd = protocol.transport.get_extra_info("socket").fileno()
+        return _Connection(protocol, fd, self._limits.upstream_idle_timeout_s)
 
-    def _take_idle(self, origin: Origin) -> _Connection | None:
+    def _take_idle(self, origin: Origin, replayable: bool) -> _Connection | None:
         idle = self._idle.get(origin)
+        if not idle:
+            return None
         now = self._loop.time()
-        keepalive = self._limits.keepalive_timeout_s
+        passed: list[_Connection] = []
+        found = None
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to be closed by now
             protocol = conn.protocol
-            fresh = now - conn.idle_since < keepalive
-            if fresh and protocol.is_connected() and not protocol.should_close:
-                return conn
-            self._discard(conn)
-        return None
+            if (
+                conn.expired(now)
+                or not protocol.is_connected()
+                or protocol.should_close
+                or peer_closed(conn.fd)
+            ):
+                self._discard(conn)
+            elif conn.after_error and not replayable:
+                passed.append(conn)  # left for a request that can survive its close
+            else:
+                conn.reused = True
+                found = conn
+                break
+        idle.extend(reversed(passed))
+        return found
 
-    async def _wait_for_room(self, origin: Origin) -> _Connection | None:
+    async def _wait_for_room(
+        self, origin: Origin, replayable: bool, fresh: bool
+    ) -> _Connection | None:
         """At the cap: an idle connection to `origin` when one is released, or room for a new
         one (made by closing an idle connection to another origin, or by a close)."""
         while True:
-            conn = self._take_idle(origin)
+            conn = None if fresh else self._take_idle(origin, replayable)
             if conn is not None:
                 return conn
             if self._open < self._limits.max_upstream_connections:
@@ -336,12 +484,12 @@ class UpstreamClient:
         """Made on first use: loading the system's CA store takes tens of milliseconds."""
         return ssl.create_default_context()
 
-    async def _connect(self, origin: Origin) -> ResponseHandler:
+    async def _connect(self, origin: Origin) -> _Protocol:
         loop = self._loop
         try:
             async with asyncio.timeout(self._limits.connect_timeout_s):
                 _, protocol = await loop.create_connection(
-                    lambda: LazyReadTimeoutProtocol(loop),
+                    lambda: _Protocol(loop),
                     origin.host,
                     origin.port,
                     ssl=self._tls_context if origin.tls else None,
@@ -388,13 +536,18 @@ class UpstreamClient:
                 return
 
     def _sweep(self) -> None:
-        """Close connections idle past `keepalive_timeout_s`, so no socket is held forever."""
-        keepalive = self._limits.keepalive_timeout_s
-        cutoff = self._loop.time() - keepalive
-        for idle in self._idle.values():
-            while idle and idle[0].idle_since < cutoff:
-                self._discard(idle.popleft())
-        self._sweeper = self._loop.call_later(keepalive / 2, self._sweep)
+        """Close connections idle past their limit: the upstream would close them soon, and
+        a close that crosses a new request on the wire costs that request."""
+        now = self._loop.time()
+        for origin, idle in self._idle.items():
+            if any(conn.expired(now) for conn in idle):
+                keep = deque(conn for conn in idle if not conn.expired(now))
+                for conn in idle:
+                    if conn.expired(now):
+                        self._discard(conn)
+                self._idle[origin] = keep
+        interval = self._limits.upstream_idle_timeout_s / 2
+        self._sweeper = self._loop.call_later(interval, self._sweep)
 
     async def close(self) -> None:
         self._closed = True
@@ -409,16 +562,45 @@ def _too_late(protocol: ResponseHandler) -> None:
     protocol.set_exception(SocketTimeoutError("no response within limits.response_timeout_s"))
 
 
+def _replayable(body: bytes | RequestBody | AsyncIterable[bytes] | None) -> bool:
+    return (
+        body is None
+        or isinstance(body, bytes)
+        or (isinstance(body, RequestBody) and body.replayable)
+    )
+
+
+def _may_replay(
+    conn: _Connection,
+    exc: BaseException,
+    idempotent: bool,
+    body: bytes | RequestBody | AsyncIterable[bytes] | None,
+) -> bool:
+    """A reused connection the upstream had closed, no byte of an answer, and a request that
+    can be sent again unchanged: idempotent, or provably never written."""
+    return (
+        conn.reused
+        and not conn.protocol.answered
+        and isinstance(exc, CONNECTION_LOST)
+        and _replayable(body)
+        and (idempotent or not conn.written)
+    )
+
+
 async def _send_body(
-    writer: StreamWriter, protocol: ResponseHandler, body: bytes | AsyncIterable[bytes]
+    writer: StreamWriter, conn: _Connection, body: bytes | RequestBody | AsyncIterable[bytes]
 ) -> None:
     """Send the request body; a failure is handed to the response reader, never lost."""
+    protocol = conn.protocol
     try:
         if isinstance(body, bytes):
+            conn.written = True
             await writer.write_eof(body)
         else:
             async for chunk in body:
+                conn.written = True  # the head goes out with the first chunk
                 await writer.write(chunk)
+            conn.written = True
             await writer.write_eof()
     except asyncio.CancelledError:
         raise

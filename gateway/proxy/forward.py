@@ -49,6 +49,7 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
             limits.request_body_timeout_s,
             on_end=deadline.start,
             digest=ctx.body_hasher,
+            keep_bytes=_replay_bytes(request, limits.replay_body_bytes),
         )
     else:
         deadline.start()
@@ -69,8 +70,9 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
             route.origin,
             route.upstream_target(target),
             headers,
-            body.chunks() if body is not None else None,
+            body,
             deadline,
+            idempotent=request.method in route.idempotent,
         )
     except UPSTREAM_ERRORS as exc:
         if body is not None and body.failure is not None:
@@ -92,6 +94,13 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
         return await answer_upstream_failure(ctx, upstream)
     finally:
         upstream.release()
+
+
+def _replay_bytes(request: web.Request, cap: int) -> int:
+    """Keep a body for a possible replay only when it is declared small: a chunked or large
+    body is streamed once and never replayed."""
+    declared = request.content_length
+    return cap if declared is not None and declared <= cap else 0
 
 
 def request_target(request: web.Request) -> str:

@@ -2,7 +2,7 @@
 
 What the pool promises: a kept-alive connection carries many requests; never more than
 `limits.max_upstream_connections` are open; a connection whose exchange did not end cleanly is
-never reused; idle connections are closed after `keepalive_timeout_s`; an upstream that closed
+never reused; idle connections are closed after `upstream_idle_timeout_s`; an upstream that closed
 an idle connection costs nothing; interim 1xx answers are skipped; `total_timeout_s` bounds
 the body as well as the head.
 """
@@ -141,7 +141,7 @@ async def test_idle_connections_are_closed_after_the_keepalive_timeout(
     start_raw: StartRaw, start_gateway: StartGateway
 ) -> None:
     upstream = await start_raw(keep_alive)
-    config = route_config(upstream.url) | {"limits": {"keepalive_timeout_s": 0.3}}
+    config = route_config(upstream.url) | {"limits": {"upstream_idle_timeout_s": 0.3}}
     gateway = await start_gateway(config)
     async with gateway.session.get(gateway.url + "/x") as response:
         assert await response.read() == b"ok"

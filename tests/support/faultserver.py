@@ -161,7 +161,7 @@ FAULTS: dict[str, Fault] = {
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"5\r\nhello\r\n0\r\n\r\n"
     ),
-    "too-many-headers": send(_many_headers(200)),
+    "too-many-headers": send(_many_headers(600)),  # over limits.max_response_headers (500)
     "switching-protocols": send(
         b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
         b"\x00\x00\x12\x04\x00\x00\x00\x00\x00",
