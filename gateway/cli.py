@@ -52,7 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         result: int = args.run(args)
+        sys.stdout.flush()
         return result
+    except BrokenPipeError:
+        # The reader left early (`mendpoint explain … | head`): its choice, not an error.
+        # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_INVALID

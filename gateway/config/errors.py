@@ -28,8 +28,9 @@ class ConfigError(Exception):
     """Raised for any invalid config or rule pack; `str()` is one `FILE:LINE: field: …` per line."""
 
     def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+        # Sorted by file and line, so a long report reads top to bottom through each file.
+        self.problems = sorted(problems, key=lambda p: (p.file, p.line or 0))
+        super().__init__("\n".join(str(p) for p in self.problems))
 
     @classmethod
     def single(cls, file: str, line: int | None, field: str, message: str) -> ConfigError:

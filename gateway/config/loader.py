@@ -29,6 +29,7 @@ from gateway.config.models import (
     RouteSpec,
     RulePack,
 )
+from gateway.config.salvage import is_inert, salvage
 from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
 from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
@@ -45,10 +46,17 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def load_config(path: str) -> LoadedConfig:
-    """Load and validate a config file and everything it includes."""
+    """Load and validate a config file and everything it includes.
+
+    Every problem of every stage is reported at once: a config or pack that fails its model
+    is salvaged (`salvage.py`) so the packs it includes and the whole-config checks still run.
+    """
     doc = _read_yaml(path)
-    config = validate_model(GatewayConfig, doc)
-    return _assemble(config, doc, os.path.dirname(path) or ".")
+    found = _Found()
+    config = found.validated(GatewayConfig, doc)
+    if config is None:
+        raise ConfigError(found.problems)
+    return _assemble(config, doc, os.path.dirname(path) or ".", found)
 
 
 def load_catalog(path: str) -> LoadedConfig:
@@ -100,7 +108,35 @@ def builtin_text(name: str) -> str:
     return resources.files("gateway.mappings").joinpath(f"{name}.yaml").read_text("utf-8")
 
 
-def _assemble(config: GatewayConfig, doc: YamlDoc, base_dir: str) -> LoadedConfig:
+class _Found:
+    """Problems of the files' models, and the stand-ins (file, field prefix) that salvaged
+    them for the later stages."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.inert: dict[str, set[str]] = {}
+
+    def validated(self, model: type[M], doc: YamlDoc) -> M | None:
+        try:
+            return validate_model(model, doc)
+        except ConfigError as exc:
+            self.problems.extend(exc.problems)
+        if not isinstance(doc.data, dict):
+            return None
+        value, inert = salvage(model, doc.data)
+        self.inert.setdefault(doc.file, set()).update(inert)
+        return value
+
+    def with_later(self, problems: list[Problem]) -> list[Problem]:
+        """These and the later stages' problems, but for those of stand-ins (not the user's)."""
+        later = [p for p in problems if not is_inert(p.field, self.inert.get(p.file, set()))]
+        return [*self.problems, *later]
+
+
+def _assemble(
+    config: GatewayConfig, doc: YamlDoc, base_dir: str, found: _Found | None = None
+) -> LoadedConfig:
+    found = found or _Found()
     loaded = LoadedConfig(
         config=config, source=doc.file, companions=config.companions, callers=config.callers
     )
@@ -132,10 +168,13 @@ def _assemble(config: GatewayConfig, doc: YamlDoc, base_dir: str) -> LoadedConfi
             problems.append(Problem(doc.file, line, f"include[{index}]", message))
             continue
         try:
-            pack, pack_doc = _load_pack(entry, base_dir, loaded)
+            loaded_pack = _load_pack(entry, base_dir, loaded, found)
         except ConfigError as exc:
             problems.extend(_relocate(exc.problems, doc.file, line, index))
             continue
+        if loaded_pack is None:
+            continue
+        pack, pack_doc = loaded_pack
         if name in DEFAULT_PACKS:
             defaults.append((pack, pack_doc))
         else:
@@ -144,15 +183,15 @@ def _assemble(config: GatewayConfig, doc: YamlDoc, base_dir: str) -> LoadedConfi
         listed = {_builtin_name(e) for e in config.include}
         for name in SHAPE_PACKS:
             if name not in listed:
-                pack, pack_doc = _load_pack(BUILTIN_PREFIX + name, base_dir, loaded)
+                pack, pack_doc = _load_builtin(name, loaded)
                 _add_pack(loaded, pack, pack_doc, problems, is_default=False)
         for name in DEFAULT_PACKS:
             if name not in listed:
-                defaults.append(_load_pack(BUILTIN_PREFIX + name, base_dir, loaded))
+                defaults.append(_load_builtin(name, loaded))
     for pack, pack_doc in defaults:
         _add_pack(loaded, pack, pack_doc, problems, is_default=True)
-    if not problems:
-        problems.extend(validate_loaded(loaded))
+    problems.extend(validate_loaded(loaded))
+    problems = found.with_later(problems)
     if problems:
         raise ConfigError(problems)
     return loaded
@@ -168,17 +207,28 @@ def _relocate(problems: list[Problem], file: str, line: int | None, index: int) 
     ]
 
 
-def _load_pack(entry: str, base_dir: str, loaded: LoadedConfig) -> tuple[RulePack, YamlDoc]:
+def _load_pack(
+    entry: str, base_dir: str, loaded: LoadedConfig, found: _Found | None = None
+) -> tuple[RulePack, YamlDoc] | None:
+    """The pack, salvaged if it fails its model (problems go to `found`); raises when the
+    file cannot be read or parsed."""
     name = _builtin_name(entry)
     if name is not None:
-        pack, doc = _builtin_pack(name)
-        loaded.docs[doc.file] = doc
-        return pack, doc
+        return _load_builtin(name, loaded)
     path = entry if os.path.isabs(entry) else os.path.normpath(os.path.join(base_dir, entry))
     doc = _read_yaml(path)
     loaded.files.append(os.path.abspath(path))
     loaded.docs[doc.file] = doc
-    return validate_model(RulePack, doc), doc
+    if found is None:
+        return validate_model(RulePack, doc), doc
+    value = found.validated(RulePack, doc)
+    return None if value is None else (value, doc)
+
+
+def _load_builtin(name: str, loaded: LoadedConfig) -> tuple[RulePack, YamlDoc]:
+    pack, doc = _builtin_pack(name)
+    loaded.docs[doc.file] = doc
+    return pack, doc
 
 
 @functools.lru_cache(maxsize=32)

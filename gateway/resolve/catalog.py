@@ -65,6 +65,11 @@ class Catalog:
         """True when some skill in the whole catalog declares `intent` (else: a catalog gap)."""
         return intent in self.by_intent
 
+    def lacks(self, intent: str) -> bool:
+        """A catalog gap: skills are configured, but none declares `intent`. With no catalog
+        at all nothing is missing, so a gateway without skills reports no gaps."""
+        return bool(self.by_intent) and intent not in self.by_intent
+
 
 def _version(skills: list[SkillSpec], policies: list[PolicySpec]) -> str:
     canonical = json.dumps(

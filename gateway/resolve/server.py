@@ -71,7 +71,7 @@ async def _resolve(request: web.Request) -> web.Response:
         operation=body.context.operation,
     )
     catalog = service.catalog
-    if not catalog.declares(query.intent):
+    if catalog.lacks(query.intent):
         service.gaps.report(query.intent)
     resolution = resolve_locally(catalog, query, service.max_options)
     payload = {

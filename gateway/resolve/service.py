@@ -132,7 +132,7 @@ class RecoveryService:
         return self._counted(Recovery(options))
 
     def _local(self, query: ResolveQuery) -> Recovery:
-        if not self.catalog.declares(query.intent):
+        if self.catalog.lacks(query.intent):
             self.gaps.report(query.intent)
         resolution = resolve_locally(self.catalog, query, self.max_options)
         return self._counted(Recovery(resolution.options))
