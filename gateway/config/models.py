@@ -435,15 +435,30 @@ DEFAULT_TOOL_GUIDANCE = (
 )
 
 
+COMPACT_TOOL_GUIDANCE = (
+    "On failure, act on the mendpoint_failure item; use only the skills it lists."
+)
+
+
 class McpSpec(Strict):
     """How MCP failures are delivered and how much request tracking may cost (docs/mcp.md)."""
 
     failure_key: str = Field(default="mendpoint_failure", min_length=1, max_length=64)
     tool_guidance: str = Field(default=DEFAULT_TOOL_GUIDANCE, max_length=1000)
     tool_failure_extension: bool = True
+    # The compact form: `_meta` points at the failure's text item instead of repeating it, and
+    # the default guidance sentence is the short one (what it costs: docs/mcp.md, "Weight").
+    compact: bool = False
     max_tracked_requests: int = Field(default=1024, ge=1, le=1_000_000)
     max_sessions: int = Field(default=4096, ge=1, le=1_000_000)
     max_message_bytes: int = Field(default=16 << 20, ge=1024, le=1 << 30)
+
+    @property
+    def guidance(self) -> str:
+        """The sentence `tools/list` descriptions gain: the user's, else the form's default."""
+        if self.compact and "tool_guidance" not in self.model_fields_set:
+            return COMPACT_TOOL_GUIDANCE
+        return self.tool_guidance
 
 
 class FollowupsSpec(Strict):

@@ -64,8 +64,13 @@ def upgraded_tool_result(
     payload: dict[str, Any],
     text_key: str,
     tool_failure: dict[str, Any] | None,
+    by_reference: bool = False,
 ) -> dict[str, Any]:
-    """The result plus one text item holding the failure, and the same under `_meta`."""
+    """The result plus one text item holding the failure, and the same under `_meta`.
+
+    `by_reference` (the compact form): `_meta` holds `{"content_index": N}`, the index of
+    that text item, instead of a second copy of the object.
+    """
     upgraded = dict(result)
     content = result.get("content")
     items = list(content) if isinstance(content, list) else []
@@ -74,7 +79,8 @@ def upgraded_tool_result(
     upgraded["content"] = items
     meta = result.get("_meta")
     merged = dict(meta) if isinstance(meta, dict) else {}
-    merged[FAILURE_META_KEY] = payload  # ours: a server's look-alike never stands for it
+    # Ours: a server's look-alike never stands for it.
+    merged[FAILURE_META_KEY] = {"content_index": len(items) - 1} if by_reference else payload
     if tool_failure is not None:
         # An intermediary must relay a server's own classification unchanged (SEP-3313).
         merged.setdefault(TOOL_FAILURE_KEY, tool_failure)

@@ -108,7 +108,7 @@ class Upgrader:
         if pending.method == "tools/call" and isinstance(result, dict) and is_tool_error(result):
             return await self._tool_error(message, result, pending, ex)
         if pending.method == "tools/list" and ex.mode in (Mode.ADDITIVE, Mode.ENVELOPE):
-            guided = guided_tools_list(result, self.settings.tool_guidance)
+            guided = guided_tools_list(result, self.settings.guidance)
             return None if guided is None else Outcome({**message, "result": guided}, [])
         return None
 
@@ -127,7 +127,9 @@ class Upgrader:
         extension = (
             tool_failure(failure, ex.request_id) if self.settings.tool_failure_extension else None
         )
-        upgraded = upgraded_tool_result(result, payload, self.settings.failure_key, extension)
+        upgraded = upgraded_tool_result(
+            result, payload, self.settings.failure_key, extension, self.settings.compact
+        )
         return Outcome({**message, "result": upgraded}, headers, failure)
 
     async def _error(

@@ -207,6 +207,35 @@ async def test_rate_limit_text_keeps_its_timing_and_unknowns_claim_no_class() ->
         assert unknown.meta[TOOL_FAILURE]["correlationId"]
 
 
+async def test_compact_form_points_meta_at_the_text_item(tmp_path: Path) -> None:
+    """`mcp.compact`: `_meta` refers to the failure's text item instead of repeating it, and
+    tool descriptions gain the short sentence."""
+    config = tmp_path / "compact.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "routes": [{"name": "stdio", "upstream": "http://127.0.0.1:9"}],
+                "mcp": {"compact": True},
+            }
+        )
+    )
+    relay = [*MENDPOINT[1:-1], "--config", str(config), "--"]
+    params = StdioServerParameters(command=MENDPOINT[0], args=[*relay, *SDK_SERVER])
+    async with Client(params) as client:
+        failed = await client.call_tool("read_note", {"name": "nope"})
+        assert failed.meta is not None
+        reference = failed.meta["mendpoint/failure"]
+        assert reference == {"content_index": len(failed.content) - 1}
+        item = failed.content[reference["content_index"]]
+        assert item.type == "text"
+        assert json.loads(item.text)["mendpoint_failure"]["error"]["code"] == "FILE_NOT_FOUND"
+        assert failed.meta[TOOL_FAILURE]["class"] == "capability"
+        tools = await client.list_tools()
+        sentence = "On failure, act on the mendpoint_failure item; use only the skills it lists."
+        assert all((t.description or "").endswith(sentence) for t in tools.tools)
+        assert not any("never invent" in (t.description or "") for t in tools.tools)
+
+
 async def test_stdio_logs_each_failure_with_its_correlation_id() -> None:
     """The correlationId a client sees can be found in the relay's log (stderr)."""
     argv = ["-m", "gateway", "--log-level", "info", "stdio", "--", *SDK_SERVER]
