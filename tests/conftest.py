@@ -47,13 +47,17 @@ async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
     running: list[RunningGateway] = []
 
     async def start(
-        config: dict[str, Any] | LoadedConfig, *, admin: str | None = None
+        config: dict[str, Any] | LoadedConfig,
+        *,
+        admin: str | None = None,
+        listen: str = "127.0.0.1:0",
     ) -> RunningGateway:
-        """A gateway on a free port; a dict config is written to a file it can reload from."""
+        """A gateway on a free port (or `listen`); a dict config is written to a file it can
+        reload from."""
         path = None if isinstance(config, LoadedConfig) else str(write_config(tmp_path, config))
         loaded = config if isinstance(config, LoadedConfig) else load_config(str(path))
         server = GatewayServer(loaded, config_path=path)
-        host, port = await server.start("127.0.0.1:0", admin)
+        host, port = await server.start(listen, admin)
         session = aiohttp.ClientSession(auto_decompress=False)
         gateway = RunningGateway(f"http://{host}:{port}", server, session)
         running.append(gateway)

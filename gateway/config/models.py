@@ -275,10 +275,13 @@ class RouteSpec(Strict):
     allowed_origins: list[str] | None = None
     allowed_hosts: list[str] | None = None
     command: list[str] | None = Field(default=None, min_length=1)
+    # The URL clients reach this route's prefix at, written into the OAuth protected-resource
+    # metadata the gateway relays (docs/mcp.md, "OAuth behind the gateway").
+    public_url: str | None = None
     session_idle_s: float = Field(default=300, gt=0, le=86_400)
     max_sessions: int = Field(default=16, ge=1, le=10_000)
 
-    @field_validator("upstream")
+    @field_validator("upstream", "public_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -301,7 +304,7 @@ class RouteSpec(Strict):
         if self.type == "http":
             if self.upstream is None:
                 raise ValueError("upstream is required")
-            for key in ("allowed_origins", "allowed_hosts", "command"):
+            for key in ("allowed_origins", "allowed_hosts", "command", "public_url"):
                 if getattr(self, key) is not None:
                     raise ValueError(f"{key} is only for type: mcp routes")
         elif (self.upstream is None) == (self.command is None):

@@ -18,6 +18,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.envelope import dump
+from gateway.mcp import cors, oauth
 from gateway.mcp.bridge_http import serve_bridge
 from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
@@ -52,9 +53,14 @@ REQUEST_ID = "X-Request-Id"
 async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> web.StreamResponse:
     """Serve one Streamable HTTP request of an MCP route (an upstream URL, or the bridge)."""
     spec = ctx.route.spec
-    why = refusal(request.headers.get("Origin"), request.headers.get("Host"), spec)
+    origin = request.headers.get("Origin")
+    why = refusal(origin, request.headers.get("Host"), spec)
     if why is not None:
         return _plain(403, why, ctx.request_id)
+    if origin is not None:  # a browser, on an origin this route lets in
+        if cors.is_preflight(request):
+            return cors.preflight(request, origin, ctx.request_id)
+        cors.allow(request, origin)
     if not _session_id_valid(request.headers.getall(SESSION_HEADER, [])):
         return _bad_session_id(ctx.request_id)
     runtime = request.app[MCP_RUNTIME]
@@ -125,6 +131,14 @@ async def _respond(
     headers = client_response_headers(upstream.headers)
     headers[REQUEST_ID] = ctx.request_id
     media = upstream.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if ctx.route.spec.public_url is not None:
+        oauth.rewrite_challenge(headers, ctx.route)
+        if (
+            upstream.status == 200
+            and media == "application/json"
+            and oauth.is_metadata_request(request.method, request.path)
+        ):
+            return await _answer_metadata(request, ctx, upstream, headers)
     if upstream.status != 200 or not tracker or request.method == "HEAD":
         return await relay(request, upstream, headers)
     if media == "text/event-stream":
@@ -153,6 +167,25 @@ async def _answer_json(
     headers.extend(extra)
     if new is None:
         return await relay(request, upstream, headers, raw, complete=True)
+    for name in BODY_BOUND_HEADERS:
+        headers.popall(name, None)
+    return web.Response(status=upstream.status, reason=upstream.reason, body=new, headers=headers)
+
+
+async def _answer_metadata(
+    request: web.Request,
+    ctx: RequestContext,
+    upstream: UpstreamResponse,
+    headers: CIMultiDict[str],
+) -> web.StreamResponse:
+    """Protected-resource metadata with its `resource` made public (`mcp/oauth.py`)."""
+    try:
+        raw, whole = await read_capped(upstream.content, oauth.MAX_METADATA_BYTES)
+    except UPSTREAM_ERRORS as exc:
+        return await answer_transport_failure(ctx, transport_kind(exc))
+    new = oauth.rewrite_metadata(raw, ctx.route) if whole else None
+    if new is None:
+        return await relay(request, upstream, headers, raw, complete=whole)
     for name in BODY_BOUND_HEADERS:
         headers.popall(name, None)
     return web.Response(status=upstream.status, reason=upstream.reason, body=new, headers=headers)

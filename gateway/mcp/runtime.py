@@ -13,6 +13,7 @@ from aiohttp import web
 
 from gateway.classify import Classifier
 from gateway.config.loaded import LoadedConfig
+from gateway.mcp import cors
 from gateway.mcp.bridge_sessions import Bridges
 from gateway.mcp.jsonrpc import SessionTables
 from gateway.mcp.upgrade import Upgrader
@@ -66,3 +67,4 @@ def install(app: web.Application, loaded: LoadedConfig) -> None:
 
     app.on_shutdown.append(end_streams)
     app.on_cleanup.append(kill_children)
+    app.on_response_prepare.append(cors.add_headers)

@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -15,43 +11,7 @@ import pytest
 from aiohttp import web
 from mcp import Client
 
-from tests.support.gateway import StartGateway, StartUpstream, free_port, route_config
-from tests.support.paths import MCP_SERVERS
-
-SDK_SERVER = MCP_SERVERS / "sdk_server.py"
-
-
-async def wait_listening(port: int) -> None:
-    for _ in range(200):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        return
-    raise AssertionError(f"SDK server did not listen on {port}")
-
-
-@pytest.fixture
-async def sdk_server(request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    port = free_port()
-    flags: list[str] = list(request.param)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SDK_SERVER),
-        "http",
-        str(port),
-        *flags,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        await wait_listening(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        await asyncio.wait_for(process.wait(), 10)
+from tests.support.gateway import StartGateway, StartUpstream, route_config
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["2025-11-25", "2026-07-28"])

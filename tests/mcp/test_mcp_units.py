@@ -6,10 +6,12 @@ import json
 from typing import Any
 
 import pytest
+from multidict import CIMultiDict
 from pydantic import ValidationError
 
 from gateway.config.models import RouteSpec
 from gateway.failure import Category, Failure
+from gateway.mcp import oauth
 from gateway.mcp.jsonrpc import Pending, RequestTable, SessionTables, request_key, requests_in
 from gateway.mcp.origin import refusal
 from gateway.mcp.rewrite import (
@@ -23,6 +25,7 @@ from gateway.mcp.rewrite import (
     upgraded_tool_result,
 )
 from gateway.mcp.sse import relay_events
+from gateway.proxy.routes import Route
 
 PAYLOAD = {"error": {"code": "X"}, "failure": {"category": "NOT_FOUND"}}
 
@@ -313,3 +316,38 @@ def test_origin_and_host_defence(
 def test_route_validation_refuses(route: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         RouteSpec(**route)
+
+
+@pytest.mark.parametrize(
+    ("route", "url", "expected"),
+    [
+        ({}, "http://127.0.0.1:9000/mcp", "https://mcp.example/mcp"),
+        (
+            {"prefix": "/files", "strip_prefix": True, "upstream": "http://127.0.0.1:9000/v1"},
+            "http://127.0.0.1:9000/v1/.well-known/oauth-protected-resource/mcp?x=1",
+            "https://mcp.example/files/.well-known/oauth-protected-resource/mcp?x=1",
+        ),
+        ({}, "https://auth.example/mcp", None),
+        ({"upstream": "http://127.0.0.1:9000/v1"}, "http://127.0.0.1:9000/other", None),
+    ],
+    ids=["same-path", "prefix-stripped-and-base-path", "another-host", "outside-the-base"],
+)
+def test_oauth_urls_naming_the_upstream_are_made_public(
+    route: dict[str, Any], url: str, expected: str | None
+) -> None:
+    spec = RouteSpec(
+        **{
+            "name": "r",
+            "type": "mcp",
+            "upstream": "http://127.0.0.1:9000",
+            "public_url": "https://mcp.example",
+            **route,
+        }
+    )
+    built = Route.build(spec)
+    assert oauth.public(url, built) == expected
+    headers = CIMultiDict({"WWW-Authenticate": f'Bearer error="x", resource_metadata="{url}"'})
+    oauth.rewrite_challenge(headers, built)
+    assert headers["WWW-Authenticate"] == (
+        f'Bearer error="x", resource_metadata="{expected or url}"'
+    )
