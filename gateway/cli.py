@@ -38,6 +38,7 @@ from gateway.resolve.callers import ANONYMOUS, CallerDirectory
 from gateway.resolve.server import RESOLVE_PATH, build_resolver_app
 from gateway.resolve.service import RecoveryService
 from gateway.retrofit.init_command import run_init
+from gateway.schema import KINDS, schema_text
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -168,6 +169,14 @@ def _parser() -> argparse.ArgumentParser:
     stdio.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ADDITIVE.value)
     stdio.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     stdio.set_defaults(run=_stdio)
+
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a config, rule or fixture file (for editors; "
+        "docs/configuration.md#editor-support)",
+    )
+    schema.add_argument("kind", nargs="?", choices=sorted(KINDS), default="config")
+    schema.set_defaults(run=_schema)
 
     test = sub.add_parser("test", help="run rule fixture files against a config")
     _config_source(test)
@@ -468,6 +477,11 @@ def _stdio(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     loaded = load_config(args.config) if args.config else embedded_config("http://127.0.0.1:9")
     return run_stdio(loaded, command, Mode(args.mode))
+
+
+def _schema(args: argparse.Namespace) -> int:
+    sys.stdout.write(schema_text(args.kind))
+    return EXIT_OK
 
 
 def _test(args: argparse.Namespace) -> int:
