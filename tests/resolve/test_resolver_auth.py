@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from gateway.cli import main
 from gateway.config.errors import ConfigError
@@ -28,6 +27,7 @@ from gateway.config.loader import load_config
 from gateway.config.secrets import TOKEN_ENV
 from tests.support.gateway import StartGateway, StartUpstream, free_port
 from tests.support.paths import REPO
+from tests.support.recovery import CSV_RULE, csv_failing_upstream
 
 TOKEN = "4f6c1a0e9b2d7c3e8a5f1b0c6d2e9a7f"
 OTHER = "0000000000000000aaaaaaaaaaaaaaaa"
@@ -191,34 +191,14 @@ def gateway_config(upstream: str, resolver_url: str, token_file: str) -> dict[st
     return {
         "routes": [{"name": "data", "upstream": upstream, "mode": "envelope"}],
         "resolver": {"url": resolver_url + "/v1/resolve", "token_file": token_file},
-        "rules": [
-            {
-                "id": "csv",
-                "match": {"status": [400]},
-                "error": {
-                    "code": "CSV_MALFORMED",
-                    "category": "VALIDATION_ERROR",
-                    "fix_required": "Fix the rows",
-                    "recovery_intent": "format_inspection",
-                },
-            }
-        ],
+        "rules": [CSV_RULE],
     }
-
-
-def failing_upstream() -> web.Application:
-    async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"error": "bad rows"}, status=400)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    return app
 
 
 async def test_gateway_resolution_works_end_to_end_with_the_token_file(
     tmp_path: Path, start_upstream: StartUpstream, start_gateway: StartGateway
 ) -> None:
-    upstream = await start_upstream(failing_upstream())
+    upstream = await start_upstream(csv_failing_upstream())
     token_file = write(tmp_path / "resolver-token", TOKEN + "\n")
     wrong_file = write(tmp_path / "wrong-token", OTHER)
     async with resolver(tmp_path, "--token-file", token_file) as (base, _):

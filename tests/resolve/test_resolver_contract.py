@@ -20,6 +20,7 @@ from gateway.resolve.server import build_resolver_app
 from gateway.resolve.service import RecoveryService
 from tests.support.catalog import CATALOG
 from tests.support.gateway import StartGateway, StartUpstream
+from tests.support.recovery import CSV_RULE, csv_failing_upstream
 
 TOKEN = "9c0ffee5ecre7t0k3n4gatewayonly00"
 HOSTILE_HEADERS = {
@@ -52,33 +53,13 @@ GATEWAY_HEADERS = {
 }
 
 
-def upstream_app() -> web.Application:
-    async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"error": "Row at line 2 has 4 columns"}, status=400)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    return app
-
-
 def config(upstream: str, resolver: str, token_file: Path) -> dict[str, Any]:
     return {
         "routes": [{"name": "data", "upstream": upstream, "mode": "envelope"}],
         "trusted_proxies": ["127.0.0.2"],
         "callers": {"source": "trusted_header", "header": "X-Caller", "scopes_header": "X-Scopes"},
         "resolver": {"url": resolver + "/v1/resolve", "token_file": str(token_file)},
-        "rules": [
-            {
-                "id": "csv",
-                "match": {"status": [400]},
-                "error": {
-                    "code": "CSV_MALFORMED",
-                    "category": "VALIDATION_ERROR",
-                    "fix_required": "Fix the rows",
-                    "recovery_intent": "format_inspection",
-                },
-            }
-        ],
+        "rules": [CSV_RULE],
     }
 
 
@@ -98,7 +79,7 @@ async def test_a_hostile_caller_cannot_change_what_the_resolver_receives(
 
     resolver_app.middlewares.append(record)
     resolver = await start_upstream(resolver_app)
-    upstream = await start_upstream(upstream_app())
+    upstream = await start_upstream(csv_failing_upstream())
     gateway = await start_gateway(config(upstream, resolver, token_file))
     async with (
         aiohttp.ClientSession() as session,  # from 127.0.0.1: not a trusted proxy

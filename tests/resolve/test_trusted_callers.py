@@ -14,10 +14,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from gateway.observe import REGISTRY, SpoofReporter
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
+from tests.support.recovery import CSV_RULE, csv_failing_upstream
 
 TRUSTED_PEER = "127.0.0.2"
 UNTRUSTED_PEER = "127.0.0.1"
@@ -26,32 +26,12 @@ SECRET_SKILL = "vault.inspect_secret_rows"
 METRIC = "mendpoint_untrusted_identity_headers_total"
 
 
-def upstream_app() -> web.Application:
-    async def handler(request: web.Request) -> web.Response:
-        return web.json_response({"error": "Row at line 2 has 4 columns"}, status=400)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    return app
-
-
 def config(upstream: str) -> dict[str, Any]:
     return {
         "routes": [{"name": "data", "upstream": upstream, "mode": "envelope"}],
         "trusted_proxies": [f"{TRUSTED_PEER}/32"],
         "callers": {"source": "trusted_header", "header": "X-Caller", "scopes_header": "X-Scopes"},
-        "rules": [
-            {
-                "id": "csv",
-                "match": {"status": [400]},
-                "error": {
-                    "code": "CSV_MALFORMED",
-                    "category": "VALIDATION_ERROR",
-                    "fix_required": "Fix the rows",
-                    "recovery_intent": "format_inspection",
-                },
-            }
-        ],
+        "rules": [CSV_RULE],
         "skills": [
             {
                 "name": SECRET_SKILL,
@@ -82,7 +62,7 @@ def spoofs_counted() -> float:
 
 @pytest.fixture
 async def gateway(start_upstream: StartUpstream, start_gateway: StartGateway) -> RunningGateway:
-    return await start_gateway(config(await start_upstream(upstream_app())))
+    return await start_gateway(config(await start_upstream(csv_failing_upstream())))
 
 
 async def test_spoofed_identity_from_an_untrusted_peer_gets_no_options(
