@@ -19,6 +19,7 @@ from typing import Protocol, cast
 from aiohttp import helpers, web
 
 from gateway.admin import build_admin_app
+from gateway.capture import Captures
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
@@ -31,7 +32,14 @@ from gateway.observe import READY, RELOADS
 from gateway.proxy.aiohttp_private import server_handler_kwargs
 from gateway.proxy.client import UpstreamClient
 from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
-from gateway.proxy.state import SIGNATURES, STATE, UPSTREAM, GatewayState, StateHolder
+from gateway.proxy.state import (
+    CAPTURES,
+    SIGNATURES,
+    STATE,
+    UPSTREAM,
+    GatewayState,
+    StateHolder,
+)
 from gateway.proxy.tracking import FOLLOWUP_BOOK
 from gateway.reload import ConfigWatcher
 from gateway.runtime import settle
@@ -66,6 +74,8 @@ def build_app(
     app = web.Application()
     app[STATE] = StateHolder(GatewayState.build(loaded))
     app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
+    app[CAPTURES] = Captures()
+    app.on_cleanup.append(_flush_captures)
     app[FOLLOWUP_BOOK] = followups or FollowupBook(loaded.config.followups, origin=os.getpid())
     app.cleanup_ctx.append(_sweep_followups)
     mcp_runtime.install(app, loaded)
@@ -97,6 +107,10 @@ async def _sweep_followups(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def _flush_captures(app: web.Application) -> None:
+    await app[CAPTURES].flush()
 
 
 async def _close_resolver(app: web.Application) -> None:

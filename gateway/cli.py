@@ -38,6 +38,7 @@ from gateway.resolve.callers import ANONYMOUS, CallerDirectory
 from gateway.resolve.server import RESOLVE_PATH, build_resolver_app
 from gateway.resolve.service import RecoveryService
 from gateway.retrofit.init_command import run_init
+from gateway.retrofit.suggest_command import run_suggest
 from gateway.schema import KINDS, schema_text
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -115,6 +116,16 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--out", default="mendpoint.yaml", help="the config to write")
     init.add_argument("--force", action="store_true", help="replace existing files")
     init.set_defaults(run=_init)
+
+    suggest = sub.add_parser(
+        "suggest", help="draft rules from captured or live unmatched failures (docs/rules.md)"
+    )
+    suggest.add_argument(
+        "--from", dest="source", required=True, help="a capture directory, or an admin HOST:PORT"
+    )
+    suggest.add_argument("--out", required=True, help="the rule file to write")
+    suggest.add_argument("--force", action="store_true", help="replace existing files")
+    suggest.set_defaults(run=_suggest)
 
     check = sub.add_parser("check", help="validate a config and every rule pack it includes")
     check.add_argument("--config", required=True)
@@ -327,6 +338,10 @@ def _followups(args: argparse.Namespace) -> int:
 
 def _init(args: argparse.Namespace) -> int:
     return run_init(args.upstream, args.openapi, args.out, args.force)
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    return run_suggest(args.source, args.out, args.force)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -32,6 +32,8 @@ LAYERS = {
     "gateway.runtime": 0,
     "gateway.signatures": 0,
     "gateway.followups": 2,
+    "gateway.redact": 2,
+    "gateway.capture": 2,
     "gateway.trust": 0,
     "gateway.config": 1,
     "gateway.reload": 1,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
+import regex
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.config.jsonpath import parse_json_path
@@ -269,6 +270,7 @@ class RouteSpec(Strict):
     operations: list[OperationSpec] = Field(default_factory=list)
     idempotent_methods: list[str] = Field(default_factory=lambda: list(DEFAULT_IDEMPOTENT))
     rollout: RolloutSpec | None = None
+    capture: CaptureSpec | None = None
     preserve_host: bool = False
     strip_prefix: bool = False
     # MCP routes only (docs/mcp.md): the DNS-rebinding defence and the stdio bridge.
@@ -464,6 +466,37 @@ class McpSpec(Strict):
         return self.tool_guidance
 
 
+class RedactionSpec(Strict):
+    """Secrets masked in whatever the gateway copies out of a body (docs/security.md)."""
+
+    builtin: bool = True
+    patterns: list[str] = Field(default_factory=list, max_length=100)
+
+    @field_validator("patterns")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                regex.compile(pattern)
+            except regex.error as exc:
+                raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from None
+        return value
+
+
+class CaptureSpec(Strict):
+    """Failing exchanges recorded for `mendpoint suggest` (docs/rules.md); off by default."""
+
+    dir: str = Field(min_length=1)
+    rate: float = Field(default=1.0, ge=0, le=1)
+    max_files: int = Field(default=1000, ge=1, le=1_000_000)
+    max_bytes: int = Field(default=50 << 20, ge=1024, le=1 << 34)
+    max_body_bytes: int = Field(default=64 << 10, ge=0, le=16 << 20)
+    headers: list[str] = Field(
+        default_factory=lambda: ["Content-Type", "Retry-After", "WWW-Authenticate"]
+    )
+    """Response headers recorded (the request's are never recorded but Content-Type)."""
+
+
 class FollowupsSpec(Strict):
     """What callers do after a failure, measured per route and code (docs/operations.md)."""
 
@@ -515,6 +548,7 @@ class GatewayConfig(Strict):
     headers: HeadersSpec = Field(default_factory=HeadersSpec)
     mcp: McpSpec = Field(default_factory=McpSpec)
     followups: FollowupsSpec = Field(default_factory=FollowupsSpec)
+    redaction: RedactionSpec = Field(default_factory=RedactionSpec)
     log: LogSpec = Field(default_factory=LogSpec)
     shutdown: ShutdownSpec = Field(default_factory=ShutdownSpec)
     # Where the upstream's own message is looked for, in order: `extra_message_paths`

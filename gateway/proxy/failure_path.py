@@ -15,6 +15,8 @@ import time
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.capture import Exchange as CapturedExchange
+from gateway.capture import sample_draw
 from gateway.classify import Observation
 from gateway.classify.rules import CompiledRule
 from gateway.envelope import Exchange, Rendering, render
@@ -31,7 +33,7 @@ from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import REQUEST_ID, RequestContext
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
-from gateway.proxy.state import SIGNATURES
+from gateway.proxy.state import CAPTURES, SIGNATURES
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.streams import read_capped
 
@@ -195,6 +197,29 @@ def _count(
         status = str(obs.status) if obs.status is not None else f"transport:{obs.transport}"
         UNMATCHED.labels(route=route, status_class=_status_class_of(obs)).inc()
         ctx.request.app[SIGNATURES].record(route, status, failure.message)
+    if ctx.route.spec.capture is not None:
+        _capture(ctx, obs, rule, failure)
+
+
+def _capture(ctx: RequestContext, obs: Observation, rule: CompiledRule, failure: Failure) -> None:
+    """Record the failing exchange for `mendpoint suggest` (the route's `capture:`)."""
+    spec = ctx.route.spec.capture
+    assert spec is not None
+    exchange = CapturedExchange(
+        route=ctx.route.spec.name,
+        method=obs.method,
+        path=obs.path,
+        status=obs.status,
+        transport=obs.transport.value if obs.transport is not None else None,
+        headers=obs.headers,
+        body=obs.body,
+        request_id=ctx.request_id,
+        rule=rule.id,
+        code=failure.code,
+        default_rule=rule.is_default,
+        message=failure.message,
+    )
+    ctx.request.app[CAPTURES].record(spec, exchange, ctx.state.redactor, sample_draw())
 
 
 def _status_class_of(obs: Observation) -> str:

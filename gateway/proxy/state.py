@@ -10,10 +10,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from gateway.capture import Captures
 from gateway.classify import Classifier
 from gateway.config.loaded import LoadedConfig
 from gateway.proxy.client import UpstreamClient
 from gateway.proxy.routes import RouteTable
+from gateway.redact import Redactor
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
 from gateway.signatures import SignatureBook
@@ -28,6 +30,7 @@ class GatewayState:
     callers: CallerDirectory
     recovery: RecoveryService
     proxies: TrustedProxies
+    redactor: Redactor
 
     @classmethod
     def build(cls, loaded: LoadedConfig) -> GatewayState:
@@ -39,6 +42,7 @@ class GatewayState:
             CallerDirectory.build(loaded.callers),
             RecoveryService.build(loaded),
             TrustedProxies.build(loaded.config.trusted_proxies),
+            Redactor.build(loaded.config.redaction),
         )
 
 
@@ -52,3 +56,4 @@ class StateHolder:
 STATE = web.AppKey("mendpoint_state", StateHolder)
 SIGNATURES = web.AppKey("mendpoint_signatures", SignatureBook)
 UPSTREAM = web.AppKey("mendpoint_upstream", UpstreamClient)
+CAPTURES = web.AppKey("mendpoint_captures", Captures)

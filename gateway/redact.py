@@ -1,0 +1,72 @@
+"""Redaction: secrets cut out of text the gateway copies somewhere new (docs/security.md).
+
+A debug page or an echoing API can put a bearer token, a `password=` pair, an AWS key or a
+private key into an error body. Whatever the gateway copies out of a body (captured
+exchanges for `mendpoint suggest`, and what the envelope copies) passes `Redactor.text`
+first, so a secret travels no further than it already had. The shipped patterns are on
+unless `redaction.builtin: false`; `redaction.patterns` adds more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+from gateway.config.models import RedactionSpec
+
+MASK = "[REDACTED]"
+TIMEOUT_S = 0.05
+
+# (pattern, replacement): groups named `keep` stay, everything else matched is masked.
+BUILTIN = (
+    # PEM private keys, whole.
+    (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",),
+    # Authorization schemes with their credentials.
+    (r"(?i)(?P<keep>\b(?:bearer|basic|token|apikey)\s+)[A-Za-z0-9._~+/=\-]{8,}",),
+    # JSON Web Tokens anywhere.
+    (r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}",),
+    # AWS access key ids.
+    (r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b",),
+    # name=value, name: value and "name": "value" pairs whose name says secret.
+    (
+        r"(?i)(?P<keep>\b[\w\-]*(?:password|passwd|pwd|secret|token|api[_\-]?key|"
+        r"access[_\-]?key|private[_\-]?key|credential|session[_\-]?id)[\w\-]*"
+        r"[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;<>]{1,}",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Redactor:
+    patterns: tuple[regex.Pattern[str], ...]
+
+    @classmethod
+    def build(cls, spec: RedactionSpec) -> Redactor:
+        sources = [p for (p,) in BUILTIN] if spec.builtin else []
+        sources += spec.patterns
+        return cls(tuple(regex.compile(p) for p in sources))
+
+    def text(self, value: str) -> str:
+        """`value` with every secret masked; a pattern that times out masks the whole text."""
+        for pattern in self.patterns:
+            try:
+                value = pattern.sub(_mask, value, timeout=TIMEOUT_S)
+            except TimeoutError:
+                return MASK
+        return value
+
+    def value(self, data: object) -> object:
+        """A parsed JSON value with every string redacted (keys kept)."""
+        if isinstance(data, str):
+            return self.text(data)
+        if isinstance(data, list):
+            return [self.value(item) for item in data]
+        if isinstance(data, dict):
+            return {key: self.value(item) for key, item in data.items()}
+        return data
+
+
+def _mask(match: regex.Match[str]) -> str:
+    keep = match.groupdict().get("keep")
+    return (keep or "") + MASK

@@ -1,0 +1,183 @@
+"""Captures and `mendpoint suggest`: from shadow traffic in front of the demo API to drafts
+that `check` and `test` accept and that classify every captured failure."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from multidict import CIMultiDict
+
+from examples.demo_api import build_app
+from gateway.capture import SUFFIX, load_dir
+from gateway.classify import Classifier, Observation
+from gateway.cli import main
+from gateway.config.loader import load_config
+from gateway.proxy.state import CAPTURES
+from gateway.retrofit.suggest import common_glob
+from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
+
+# A burst of mixed traffic: successes and every kind of failure the demo API has, with
+# varying ids and bodies (the issue's "minute of traffic", compressed into one round).
+TRAFFIC: list[tuple[str, str, Any]] = [
+    *(("GET", f"/v1/items/{n}", None) for n in (7, 42, 1234, 99999)),
+    ("GET", "/v1/items", None),
+    ("GET", "/health", None),
+    *(("POST", "/v1/orders", body) for body in ({}, {"quantity": 0}, {"quantity": -3})),
+    ("POST", "/v1/orders", {"quantity": 2}),
+    ("DELETE", "/v1/items/1", None),
+    ("DELETE", "/v1/items/2", None),
+    ("GET", "/v1/report", None),
+    ("GET", "/v1/search", None),
+    ("GET", "/v1/status", None),
+]
+
+
+async def send_traffic(gateway: RunningGateway) -> list[int]:
+    statuses = []
+    for _ in range(3):
+        for method, path, body in TRAFFIC:
+            async with await gateway.request(method, path, json=body) as response:
+                await response.read()
+                statuses.append(response.status)
+    return statuses
+
+
+async def shadow_gateway(
+    start_gateway: StartGateway, start_upstream: StartUpstream, captures: Path
+) -> RunningGateway:
+    upstream = await start_upstream(build_app())
+    config = route_config(upstream, name="demo", mode="headers", capture={"dir": str(captures)})
+    return await start_gateway(config)
+
+
+async def test_capture_records_failures_only_redacted_and_bounded(
+    start_gateway: StartGateway, start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    captures = tmp_path / "captures"
+    gateway = await shadow_gateway(start_gateway, start_upstream, captures)
+    statuses = await send_traffic(gateway)
+    await gateway.server.app[CAPTURES].flush()
+    recorded = load_dir(str(captures))
+    assert len(recorded) == sum(1 for s in statuses if s >= 400)
+    assert all(r["response"]["status"] >= 400 for r in recorded)
+    assert {r["route"] for r in recorded} == {"demo"}
+    assert not list(captures.glob("*.part"))
+
+
+async def test_secrets_in_an_error_body_never_reach_the_capture(
+    start_gateway: StartGateway, start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    async def leaky(request: web.Request) -> web.Response:
+        body = {
+            "message": "login failed for password=hunter2 with Bearer abcdefghijklmnop1234",
+            "debug": "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+            "aws": "AKIAIOSFODNN7EXAMPLE",
+        }
+        return web.json_response(body, status=400, headers={"WWW-Authenticate": "Bearer x"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", leaky)
+    upstream = await start_upstream(app)
+    captures = tmp_path / "captures"
+    config = route_config(upstream, name="leaky", capture={"dir": str(captures), "max_files": 2})
+    gateway = await start_gateway(config)
+    for _ in range(4):
+        async with await gateway.request("GET", "/login?token=s3cr3tvalue") as response:
+            assert response.status == 400
+    await gateway.server.app[CAPTURES].flush()
+    files = list(captures.glob(f"*{SUFFIX}"))
+    assert len(files) == 2  # max_files
+    text = files[0].read_text()
+    for secret in ("hunter2", "abcdefghijklmnop1234", "MIIEow", "AKIAIOSFODNN7EXAMPLE", "s3cr3t"):
+        assert secret not in text
+    assert "[REDACTED]" in text
+
+
+async def test_suggest_drafts_pass_check_and_test_and_classify_every_capture(
+    start_gateway: StartGateway,
+    start_upstream: StartUpstream,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    captures = tmp_path / "captures"
+    gateway = await shadow_gateway(start_gateway, start_upstream, captures)
+    await send_traffic(gateway)
+    await gateway.server.app[CAPTURES].flush()
+
+    drafts = tmp_path / "drafts.yaml"
+    argv = ["suggest", "--from", str(captures), "--out", str(drafts)]
+    assert await asyncio.to_thread(main, argv) == 0
+    said = capsys.readouterr().out
+    assert "draft rule(s)" in said
+    text = drafts.read_text()
+    assert "retryable: true" not in text and "fix_command" not in text
+    assert "review:" in text
+
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "include": [str(drafts)],
+                "routes": [{"name": "demo", "prefix": "/", "upstream": "http://127.0.0.1:9"}],
+            }
+        )
+    )
+    assert await asyncio.to_thread(main, ["check", "--config", str(config)]) == 0
+    fixtures = tmp_path / "fixtures" / "drafts.fixtures.yaml"
+    assert await asyncio.to_thread(main, ["test", "--config", str(config), str(fixtures)]) == 0
+
+    loaded = load_config(str(config))
+    classifier = Classifier(loaded)
+    left_to_shipped, drafted = 0, 0
+    for capture in load_dir(str(captures)):
+        if not capture["classified"]["default_rule"]:
+            continue
+        verdict = classifier.classify(observation(capture))
+        assert verdict is not None
+        if verdict.failure.retryable:
+            left_to_shipped += 1  # 429 and 503: the shipped rule's retry advice stands
+            assert not verdict.rule.id.startswith("draft-")
+        else:
+            assert verdict.rule.id.startswith("draft-"), capture["classified"]
+            drafted += 1
+    assert left_to_shipped == 6  # /v1/search and /v1/status, three rounds each
+    assert drafted >= 9
+
+
+def observation(capture: dict[str, Any]) -> Observation:
+    response = capture["response"]
+    headers = CIMultiDict(response["headers"])
+    return Observation(
+        route=capture["route"],
+        method=capture["request"]["method"],
+        path=capture["request"]["path"],
+        status=response["status"],
+        headers=headers,
+        body=response["body"].encode(),
+        content_type=headers.get("Content-Type", ""),
+        idempotent=capture["request"]["method"] in ("GET", "DELETE"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("paths", "glob"),
+    [
+        (["/v1/items/7", "/v1/items/42"], "/v1/items/*"),
+        (["/v1/orders", "/v1/orders"], "/v1/orders"),
+        (["/a/b/c", "/a/b"], "/a/b/**"),
+        (["/x/1", "/y/2/3"], "/**"),
+    ],
+)
+def test_common_glob(paths: list[str], glob: str) -> None:
+    assert common_glob(paths) == glob
+
+
+def test_a_bad_source_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["suggest", "--from", str(tmp_path / "nope"), "--out", str(tmp_path / "d.yaml")]
+    assert main(argv) != 0
+    assert "is no directory" in capsys.readouterr().err
