@@ -46,6 +46,7 @@ LAYERS = {
     "gateway.explain": 6,
     "gateway.fixtures": 6,
     "gateway.retrofit": 6,
+    "gateway.schema": 6,
     "gateway.admin": 6,
     "gateway.app": 7,
     "gateway.workers": 8,
