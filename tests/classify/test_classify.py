@@ -71,10 +71,13 @@ def test_inline_rules_win_over_packs_and_defaults(tmp_path: Path) -> None:
 
 
 def test_candidates_are_indexed_by_status(tmp_path: Path) -> None:
+    shipped = Classifier(loaded_with(tmp_path, []))  # the stack packs and the fallbacks
     many = [rule(f"r{i}", {"status": [418], "body": f"needle{i}"}) for i in range(300)]
     classifier = Classifier(loaded_with(tmp_path, many))
-    assert len(classifier.candidates(obs(status=418))) == 300 + 1  # + the 4xx default
-    assert len(classifier.candidates(obs(status=404))) == 1
+    assert len(shipped.candidates(obs(status=418))) == 1  # the 4xx default
+    assert len(classifier.candidates(obs(status=418))) == 300 + 1
+    ids = [r.id for r in classifier.candidates(obs(status=404))]
+    assert ids == [r.id for r in shipped.candidates(obs(status=404))]
     assert [r.id for r in classifier.candidates(obs(None, transport=TransportKind.RESET))] == [
         "transport-reset-idempotent",
         "transport-reset",
