@@ -50,6 +50,7 @@ class DraftRule:
     code: str
     category: Category
     code_source: str
+    stated: ExampleCode | None = None
 
 
 @dataclass
@@ -104,20 +105,33 @@ def says_more_than_status(description: str, status: int) -> bool:
     return bool(words - phrase - GENERIC_WORDS - {"validation", "unprocessable", "content"})
 
 
-def code_from_example(examples: tuple[Any, ...]) -> str | None:
-    """An error code the example itself states (`code`, `error.code`, `type`, `error`)."""
+@dataclass(frozen=True, slots=True)
+class ExampleCode:
+    """An error code an example states, and where: the rule matches on it too."""
+
+    code: str
+    json_path: str
+    value: str
+
+
+def code_from_example(examples: tuple[Any, ...]) -> ExampleCode | None:
+    """An error code the example itself states (`error.code`, `code`, `type`, `error`)."""
     for example in examples:
         if not isinstance(example, dict):
             continue
         inner = example.get("error")
-        candidates = [example.get("code"), example.get("type")]
+        candidates: list[tuple[str, Any]] = [
+            ("code", example.get("code")),
+            ("type", example.get("type")),
+        ]
         if isinstance(inner, dict):
-            candidates.insert(0, inner.get("code"))
+            candidates.insert(0, ("error.code", inner.get("code")))
         elif isinstance(inner, str):
-            candidates.append(inner)
-        for value in candidates:
+            candidates.append(("error", inner))
+        for path, value in candidates:
             if isinstance(value, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_.\-]{1,62}", value):
-                return upper_snake(value.replace(".", "_").replace("-", "_"))
+                code = upper_snake(value.replace(".", "_").replace("-", "_"))
+                return ExampleCode(code, path, value)
     return None
 
 
@@ -135,13 +149,14 @@ def draft_rules(document: ApiDocument, route: str) -> tuple[list[DraftRule], lis
                     f"{op.method} could replay a request that had an effect)"
                 )
                 continue
-            code = code_from_example(error.examples)
-            source = "the example's code field"
-            if code is None:
-                if not says_more_than_status(error.description, error.status):
-                    skipped.append(f'{where} "{error.description}": says no more than its status')
-                    continue
+            stated = code_from_example(error.examples)
+            if stated is not None:
+                code, source = stated.code, f"the example's {stated.json_path} field"
+            elif says_more_than_status(error.description, error.status):
                 code, source = upper_snake(error.description), "the response description"
+            else:
+                skipped.append(f'{where} "{error.description}": says no more than its status')
+                continue
             if not code:
                 continue
             base = re.sub(r"[^A-Za-z0-9_.:\-]", "-", op.operation_id or f"{op.method}-{op.path}")
@@ -149,7 +164,7 @@ def draft_rules(document: ApiDocument, route: str) -> tuple[list[DraftRule], lis
             while rule_id in used:
                 rule_id += "-2"
             used.add(rule_id)
-            rules.append(DraftRule(rule_id, op, error, code, category, source))
+            rules.append(DraftRule(rule_id, op, error, code, category, source, stated))
     return rules, skipped
 
 
@@ -271,6 +286,14 @@ def _rules(rules: list[DraftRule], skipped: list[str], route: str) -> list[str]:
             f"      methods: [{op.method}]",
             f"      status: [{error.status}]",
             f"      path: {_yaml(path_glob(op.path))}",
+            *(
+                [
+                    f"      json: {{path: {rule.stated.json_path}, "
+                    f"regex: {_yaml('^' + re.escape(rule.stated.value) + '$')}}}"
+                ]
+                if rule.stated is not None
+                else []
+            ),
             "    error:",
             f"      code: {rule.code}  # review: from {rule.code_source}",
             f"      category: {rule.category.value}",
