@@ -59,6 +59,7 @@ class TransportKind(StrEnum):
     READ_TIMEOUT = "read_timeout"
     RESET = "reset"
     INVALID_RESPONSE = "invalid_response"
+    TLS = "tls"  # the handshake failed: certificate, name, protocol or client certificate
 
     @property
     def request_unsent(self) -> bool:
@@ -67,7 +68,12 @@ class TransportKind(StrEnum):
 
 
 _UNSENT = frozenset(
-    {TransportKind.CONNECT_REFUSED, TransportKind.CONNECT_TIMEOUT, TransportKind.DNS_FAILURE}
+    {
+        TransportKind.CONNECT_REFUSED,
+        TransportKind.CONNECT_TIMEOUT,
+        TransportKind.DNS_FAILURE,
+        TransportKind.TLS,
+    }
 )
 
 

@@ -118,6 +118,7 @@ _TRANSPORT_MESSAGES = {
     "read_timeout": "The upstream did not answer in time",
     "reset": "The upstream closed the connection before answering",
     "invalid_response": "The upstream sent an invalid HTTP response",
+    "tls": "TLS with the upstream failed (its certificate, name or protocol was refused)",
 }
 
 

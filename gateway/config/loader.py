@@ -31,6 +31,7 @@ from gateway.config.models import (
 )
 from gateway.config.salvage import is_inert, salvage
 from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
+from gateway.config.tls import resolve_route_tls
 from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
 
@@ -146,6 +147,8 @@ def _assemble(
     if config.callers is not None and config.callers.keys_file is not None:
         problems.extend(_add_keys_file(loaded, config.callers, doc, base_dir))
     problems.extend(_add_resolver_token(loaded, doc, base_dir))
+    loaded.config, tls_problems = resolve_route_tls(config, doc, base_dir)
+    problems.extend(tls_problems)
     own = RulePack(
         rules=config.rules,
         commands=config.commands,

@@ -247,6 +247,26 @@ class RolloutSpec(Strict):
     by: Literal["caller", "request"] = "caller"
 
 
+class TlsSpec(Strict):
+    """How a route talks TLS to its `https` upstream (gateway/config/tls.py)."""
+
+    ca_file: str | None = Field(default=None, min_length=1)  # trusted instead of the system store
+    cert_file: str | None = Field(default=None, min_length=1)  # client certificate (mTLS)
+    key_file: str | None = Field(default=None, min_length=1)  # its key, if not in cert_file
+    server_name: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=r"^[A-Za-z0-9.\-]+$"
+    )
+    insecure: bool = False  # no verification at all; warned about at start
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TlsSpec:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("key_file needs cert_file")
+        if self.insecure and self.ca_file is not None:
+            raise ValueError("insecure: true verifies nothing, so ca_file would be ignored")
+        return self
+
+
 DEFAULT_IDEMPOTENT = ["GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"]
 
 
@@ -273,6 +293,7 @@ class RouteSpec(Strict):
     capture: CaptureSpec | None = None
     preserve_host: bool = False
     strip_prefix: bool = False
+    tls: TlsSpec | None = None  # only for https:// upstreams
     # MCP routes only (docs/mcp.md): the DNS-rebinding defence and the stdio bridge.
     allowed_origins: list[str] | None = None
     allowed_hosts: list[str] | None = None
@@ -311,6 +332,8 @@ class RouteSpec(Strict):
                     raise ValueError(f"{key} is only for type: mcp routes")
         elif (self.upstream is None) == (self.command is None):
             raise ValueError("an mcp route needs exactly one of upstream (a URL) or command")
+        if self.tls is not None and not (self.upstream or "").startswith("https://"):
+            raise ValueError("tls is only for https:// upstreams")
         if self.command is None:
             for key in ("session_idle_s", "max_sessions"):
                 if key in self.model_fields_set:

@@ -35,6 +35,7 @@ import re
 import select
 import socket
 import ssl
+import time
 from collections import deque
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
@@ -54,7 +55,8 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.config.models import LimitsSpec
+from gateway.config.models import LimitsSpec, TlsSpec
+from gateway.config.tls import tls_context
 from gateway.failure import TransportKind
 from gateway.proxy.aiohttp_private import LazyReadTimeoutProtocol
 from gateway.proxy.body import RequestBody
@@ -81,15 +83,22 @@ class UpstreamFault(aiohttp.ClientError):
 
 @dataclass(frozen=True, slots=True)
 class Origin:
-    """Where a route's requests go: the pool key."""
+    """Where a route's requests go, and how TLS is spoken there: the pool key. Routes to the
+    same upstream with different TLS settings never share a connection."""
 
     scheme: str
     host: str
     port: int
+    tls_spec: TlsSpec | None = None
 
     @property
     def tls(self) -> bool:
         return self.scheme == "https"
+
+    @property
+    def server_name(self) -> str:
+        spec = self.tls_spec
+        return spec.server_name if spec is not None and spec.server_name else self.host
 
 
 class _Protocol(LazyReadTimeoutProtocol):
@@ -244,6 +253,7 @@ class UpstreamClient:
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+        self._tls_contexts: dict[TlsSpec | None, ssl.SSLContext] = {}
         # The same for every response; worked out once, not per request.
         self._parsing: dict[str, Any] = {
             "read_until_eof": True,  # no length and no chunking: the close ends the body
@@ -479,10 +489,12 @@ class UpstreamClient:
                     self._waiters.remove(waiter)
                 raise
 
-    @functools.cached_property
-    def _tls_context(self) -> ssl.SSLContext:
+    def _tls_context(self, spec: TlsSpec | None) -> ssl.SSLContext:
         """Made on first use: loading the system's CA store takes tens of milliseconds."""
-        return ssl.create_default_context()
+        context = self._tls_contexts.get(spec)
+        if context is None:
+            context = self._tls_contexts[spec] = tls_context(spec)
+        return context
 
     async def _connect(self, origin: Origin) -> _Protocol:
         loop = self._loop
@@ -492,15 +504,27 @@ class UpstreamClient:
                     lambda: _Protocol(loop),
                     origin.host,
                     origin.port,
-                    ssl=self._tls_context if origin.tls else None,
-                    server_hostname=origin.host if origin.tls else None,
+                    ssl=self._tls_context(origin.tls_spec) if origin.tls else None,
+                    server_hostname=origin.server_name if origin.tls else None,
                 )
         except TimeoutError:
             where = f"{origin.host}:{origin.port}"
             raise UpstreamFault(TransportKind.CONNECT_TIMEOUT, where) from None
         except socket.gaierror as exc:
             raise UpstreamFault(TransportKind.DNS_FAILURE, str(exc)) from exc
-        except OSError as exc:  # refused, unreachable, TLS handshake (ssl.SSLError is one)
+        except ssl.SSLError as exc:  # before OSError, of which it is one
+            problem = tls_problem(exc)
+            TLS_WARNINGS.warn(origin, problem)
+            raise UpstreamFault(TransportKind.TLS, problem) from exc
+        except (ConnectionResetError, ConnectionAbortedError) as exc:
+            if not origin.tls:
+                raise UpstreamFault(TransportKind.CONNECT_REFUSED, str(exc)) from exc
+            # Accepted, then dropped in the handshake: typically a client certificate that the
+            # upstream refused (or none when it requires one).
+            problem = f"the upstream closed the connection during the TLS handshake ({exc!r})"
+            TLS_WARNINGS.warn(origin, problem)
+            raise UpstreamFault(TransportKind.TLS, problem) from exc
+        except OSError as exc:  # refused, unreachable
             kind = TransportKind.CONNECT_REFUSED
             if exc.errno == errno.ETIMEDOUT:
                 kind = TransportKind.CONNECT_TIMEOUT
@@ -556,6 +580,41 @@ class UpstreamClient:
             while idle:
                 self._discard(idle.popleft())
         self._idle.clear()
+
+
+def tls_problem(exc: ssl.SSLError) -> str:
+    """What was wrong, in OpenSSL's words: "self-signed certificate", "Hostname mismatch…"."""
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return f"certificate verify failed: {exc.verify_message}"
+    return str(exc.reason or exc)
+
+
+class _TlsWarnings:
+    """One warning line per upstream and problem per minute: a misconfigured upstream under
+    load must not write a line per request."""
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self._interval_s = interval_s
+        self._last: dict[tuple[str, int, str], float] = {}
+
+    def warn(self, origin: Origin, problem: str) -> None:
+        key = (origin.host, origin.port, problem)
+        now = time.monotonic()
+        if now - self._last.get(key, -self._interval_s) < self._interval_s:
+            return
+        if len(self._last) > 1024:
+            self._last.clear()
+        self._last[key] = now
+        log.warning(
+            "TLS with upstream %s:%d (server name %s) failed: %s",
+            origin.host,
+            origin.port,
+            origin.server_name,
+            problem,
+        )
+
+
+TLS_WARNINGS = _TlsWarnings()
 
 
 def _too_late(protocol: ResponseHandler) -> None:

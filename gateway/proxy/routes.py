@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 
@@ -11,6 +12,8 @@ from yarl import URL
 from gateway.config.models import RouteSpec
 from gateway.failure import Mode
 from gateway.proxy.client import Origin
+
+log = logging.getLogger("mendpoint")
 
 MODE_HEADER = "X-Error-Format"
 _MODES = {m.value: m for m in Mode}
@@ -38,7 +41,7 @@ class Route:
             return cls(spec, Origin("http", "", 0), "", "", idempotent, operations)
         url = URL(spec.upstream)
         port = url.port or {"http": 80, "https": 443}[url.scheme]
-        origin = Origin(url.scheme, url.raw_host or "", port)
+        origin = Origin(url.scheme, url.raw_host or "", port, spec.tls)
         host = f"[{origin.host}]" if ":" in origin.host else origin.host
         if port != {"http": 80, "https": 443}[url.scheme]:
             host = f"{host}:{port}"
@@ -66,6 +69,14 @@ class RouteTable:
 
     def __init__(self, specs: list[RouteSpec]) -> None:
         routes = [Route.build(s) for s in specs]
+        for spec in specs:
+            if spec.tls is not None and spec.tls.insecure:
+                log.warning(
+                    "route %s: TLS certificates of %s are NOT verified (tls.insecure: true); "
+                    "anyone on the path can read and change its traffic",
+                    spec.name,
+                    spec.upstream,
+                )
         self._routes = tuple(sorted(routes, key=lambda r: len(r.spec.prefix), reverse=True))
 
     def __iter__(self):  # type: ignore[no-untyped-def]

@@ -5,11 +5,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 
 import aiohttp
 
 from gateway.failure import TransportKind
 from gateway.proxy.client import UpstreamFault
+
+log = logging.getLogger("mendpoint.upstream")
 
 
 def transport_kind(exc: BaseException) -> TransportKind:
@@ -23,6 +27,11 @@ def transport_kind(exc: BaseException) -> TransportKind:
         return exc.kind
     if isinstance(exc, aiohttp.SocketTimeoutError | asyncio.TimeoutError | TimeoutError):
         return TransportKind.READ_TIMEOUT
+    if isinstance(exc, ssl.SSLError) or isinstance(exc.__cause__, ssl.SSLError):
+        # A TLS alert after the handshake: with TLS 1.3 a server refuses a client certificate
+        # only once the client has finished, so the refusal arrives as the first read.
+        log.warning("TLS with an upstream failed after the handshake: %s", exc.__cause__ or exc)
+        return TransportKind.TLS
     return TransportKind.RESET
 
 

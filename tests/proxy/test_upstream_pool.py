@@ -253,7 +253,7 @@ async def test_https_upstream_is_verified_against_the_trust_store(
         async with untrusted.session.get(untrusted.url + "/ok") as response:
             assert response.status == 502
             body = await response.json()
-            assert body["failure"]["code"] == "UPSTREAM_UNREACHABLE"
+            assert body["failure"]["code"] == "UPSTREAM_TLS_ERROR"
         monkeypatch.setenv(
             "SSL_CERT_FILE", str(self_signed[0])
         )  # read when a client first needs TLS
