@@ -27,6 +27,7 @@ from gateway.config.models import parse_host_port
 from gateway.followups import FollowupBook
 from gateway.handler import handle
 from gateway.logs import set_access_log
+from gateway.mcp import bridge_owners
 from gateway.mcp import runtime as mcp_runtime
 from gateway.observe import READY, RELOADS
 from gateway.proxy.aiohttp_private import server_handler_kwargs
@@ -184,6 +185,9 @@ class GatewayServer:
         self._server = await loop.create_server(
             factory, host, port, reuse_address=True, reuse_port=reuse_port, backlog=1024
         )
+        sibling_socket = bridge_owners.own_socket()
+        if sibling_socket is not None:  # a worker: its siblings relay bridge sessions here
+            await web.UnixSite(self.runner, sibling_socket).start()
         if admin is not None:
             self.admin_address = await self._start_admin(admin)
         self._set_ready(True)

@@ -32,6 +32,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
@@ -45,6 +46,7 @@ from gateway import runtime
 from gateway.admin import FollowupTable, Ranked, build_admin_app
 from gateway.config.models import ShutdownSpec, parse_host_port
 from gateway.followups import merge
+from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
 from gateway.observe import (
     MULTIPROC_DIR_ENV,
     SupervisorMetrics,
@@ -162,7 +164,9 @@ class Supervisor:
 
     async def _run(self, metrics_path: str) -> int:
         self._metrics_path = metrics_path
-        self._env = {**os.environ, MULTIPROC_DIR_ENV: metrics_path}
+        # The workers' Unix sockets for bridge sessions (gateway.mcp.bridge_owners).
+        bridge_ns = f"mendpoint-{os.getpid()}-{secrets.token_hex(8)}"
+        self._env = {**os.environ, MULTIPROC_DIR_ENV: metrics_path, BRIDGE_NS_ENV: bridge_ns}
         for inherited in ("MENDPOINT_WORKERS", MULTIPROC_DIR_ENV.lower()):
             self._env.pop(inherited, None)
         self.metrics.workers.labels(state="configured").set(self.count)

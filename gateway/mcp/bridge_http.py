@@ -66,7 +66,7 @@ async def serve_bridge(
         return _rpc_error(400, BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required", ctx)
     session = bridges.get(session_id, ctx.route.spec.name)
     if session is None:
-        return _rpc_error(404, SESSION_NOT_FOUND, "Session not found", ctx)
+        return await _elsewhere(request, ctx, body, session_id, bridges)
     if request.method == "DELETE":
         await session.end("deleted by the client")
         return web.Response(status=200, headers={REQUEST_ID: ctx.request_id})
@@ -88,7 +88,7 @@ async def _post(
     if session_id:
         session = bridges.get(session_id, ctx.route.spec.name)
         if session is None:
-            return _rpc_error(404, SESSION_NOT_FOUND, "Session not found", ctx)
+            return await _elsewhere(request, ctx, body, session_id, bridges)
     elif not _starts_session(message):
         return _rpc_error(400, BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required", ctx)
     else:
@@ -110,6 +110,16 @@ async def _post(
             return await answer_transport_failure(ctx, TransportKind.CONNECT_REFUSED)
     with session.busy():
         return await _exchange(request, ctx, session, message, lines, upgrader)
+
+
+async def _elsewhere(
+    request: web.Request, ctx: RequestContext, body: bytes, session_id: str, bridges: Bridges
+) -> web.StreamResponse:
+    """A session this process does not hold: the worker that does answers, else 404."""
+    owner = bridges.owners.socket_for(session_id)
+    if owner is None:
+        return _rpc_error(404, SESSION_NOT_FOUND, "Session not found", ctx)
+    return await bridges.owners.relay(request, body, owner, ctx.request_id)
 
 
 async def _exchange(

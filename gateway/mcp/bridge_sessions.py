@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.models import RouteSpec
+from gateway.mcp.bridge_owners import Owners, new_session_id
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import RequestKey, encode, parse_message, request_key, server_gone
 
@@ -211,6 +211,8 @@ class Bridges:
         # Sessions already ending (their child may still be exiting): shutdown waits for
         # them too, so no child process outlives the gateway's event loop.
         self._closing: set[BridgeSession] = set()
+        # Under `serve --workers N`: the sibling workers holding the sessions this one does not.
+        self.owners = Owners()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -230,7 +232,7 @@ class Bridges:
             child = await Child.start(list(spec.command), limit)
         finally:
             self._opening[spec.name] -= 1
-        session_id = secrets.token_hex(16)
+        session_id = new_session_id()
         session = BridgeSession(session_id, spec.name, child, spec.session_idle_s, self._drop)
         self._sessions[session_id] = session
         log.info("MCP bridge session %s started, pid %d", session_id, child.pid)
@@ -252,6 +254,7 @@ class Bridges:
         """Gateway shutdown: every child is killed, none outlives the gateway."""
         sessions = [*self._sessions.values(), *self._closing]
         await asyncio.gather(*(s.end("gateway shutdown") for s in sessions))
+        await self.owners.close()
 
 
 def _answer_gone(waiter: Waiter) -> None:
