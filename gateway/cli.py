@@ -149,6 +149,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME:VALUE",
         help="an upstream response header (repeatable)",
     )
+    exp.add_argument(
+        "--request-header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="a header the caller sent, e.g. Idempotency-Key:k1 (repeatable)",
+    )
     exp.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ENVELOPE.value)
     exp.add_argument(
         "--caller", help="resolve recovery options with this configured caller's scopes"
@@ -417,17 +424,26 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _header_pairs(items: list[str], flag: str) -> CIMultiDict[str] | None:
+    """`NAME:VALUE` arguments as headers; None (after saying why) when one is malformed."""
+    headers: CIMultiDict[str] = CIMultiDict()
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            print(f"mendpoint explain: {flag} {item!r} must be NAME:VALUE", file=sys.stderr)
+            return None
+        headers.add(name.strip(), value.strip())
+    return headers
+
+
 def _explain(args: argparse.Namespace) -> int:
     if (args.status is None) == (args.transport is None):
         print("mendpoint explain: give exactly one of --status or --transport", file=sys.stderr)
         return EXIT_USAGE
-    headers: CIMultiDict[str] = CIMultiDict()
-    for item in args.header:
-        name, sep, value = item.partition(":")
-        if not sep or not name.strip():
-            print(f"mendpoint explain: --header {item!r} must be NAME:VALUE", file=sys.stderr)
-            return EXIT_USAGE
-        headers.add(name.strip(), value.strip())
+    headers = _header_pairs(args.header, "--header")
+    request_headers = _header_pairs(args.request_header, "--request-header")
+    if headers is None or request_headers is None:
+        return EXIT_USAGE
     body = b""
     if args.body == "-":
         body = sys.stdin.buffer.read()
@@ -441,6 +457,7 @@ def _explain(args: argparse.Namespace) -> int:
         headers=headers,
         body=body,
         transport=TransportKind(args.transport) if args.transport else None,
+        request_headers=request_headers,
     )
     loaded = _load(args)
     caller = ANONYMOUS

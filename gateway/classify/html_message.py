@@ -4,7 +4,8 @@ Flask, Django and Express answer errors with HTML by default. The page's `<h1>` 
 `<title>`) says what failed and its first `<p>` or `<pre>` says why; scripts, styles and
 everything after the first stack frame are dropped, and file paths are masked, so a debug
 page's traceback never becomes an agent's `message`. Parsing uses the standard library's
-`html.parser` on at most `SCAN_CHARS` of the page, which unescapes entities as it goes.
+`html.parser` on at most `SCAN_CHARS` of the page (stopping as soon as heading and detail are
+found), which unescapes entities as it goes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from html.parser import HTMLParser
 
 import regex
 
-SCAN_CHARS = 64 * 1024
+SCAN_CHARS = 16 * 1024  # past the longest head of a framework error page (Django debug: ~9 KiB)
+CHUNK_CHARS = 2048
 DETAIL_LIMIT = 500
 SKIPPED = frozenset({"script", "style", "noscript", "template", "svg"})
 BREAKS = frozenset({"br", "hr", "li", "tr", "div"})
@@ -54,7 +56,12 @@ def html_message(text: str) -> str | None:
     """`"Not Found: The requested URL was not found on the server."`, or None."""
     page = _PageText()
     try:
-        page.feed(text[:SCAN_CHARS])
+        # In chunks, stopping once heading and detail are found: they sit near the top, and
+        # a debug page's megabyte of traceback markup is never parsed.
+        for start in range(0, min(len(text), SCAN_CHARS), CHUNK_CHARS):
+            page.feed(text[start : min(start + CHUNK_CHARS, SCAN_CHARS)])
+            if page.complete:
+                break
         page.close()
     except (AssertionError, ValueError):  # html.parser gives up on some malformed markup
         pass
@@ -124,6 +131,11 @@ class _PageText(HTMLParser):
         if self._open is not None and not self._skip:
             text = data if self._open == "pre" else data.replace("\n", " ")
             self._buffer.append(text)
+
+    @property
+    def complete(self) -> bool:
+        """Everything a message needs has been seen: a detail, and an h1 or a title."""
+        return bool(self.detail and (self.h1 or self.title))
 
     def close(self) -> None:
         super().close()

@@ -43,11 +43,8 @@ _SEGMENT = re.compile(r"([^.\[\]]*)((?:\[[^\[\]]*\])*)\Z")
 class JsonPath:
     text: str
     steps: tuple[Step, ...]
-
-    @property
-    def literal(self) -> bool:
-        """True when the path has no wildcard: it names at most one value."""
-        return not any(isinstance(step, Wild) for step in self.steps)
+    literal: bool
+    """True when the path has no wildcard: it names at most one value (a plain lookup)."""
 
     @property
     def names(self) -> frozenset[str]:
@@ -152,7 +149,8 @@ def parse_json_path(text: str) -> JsonPath:
     names = [s.name for s in steps if isinstance(s, Wild) and s.name]
     if len(names) != len(set(names)):
         raise ValueError(f"{text!r}: a capture name is bound twice")
-    return JsonPath(text, tuple(steps))
+    literal = not any(isinstance(step, Wild) for step in steps)
+    return JsonPath(text, tuple(steps), literal)
 
 
 def _step(token: str, text: str) -> Step:

@@ -186,3 +186,47 @@ async def test_an_html_error_page_through_the_gateway(
     assert answer.status == 400
     assert body["error"]["message"] == "Bad Request: Quantity must be a positive integer & <= 10"
     assert body["meta"]["original"]["body"] == FLASK_ABORT  # the page itself still travels
+
+
+# --- the frameworks' own pages, rendered by the frameworks themselves --------------------
+
+
+def test_werkzeug_pages() -> None:
+    from werkzeug.debug.tbtools import DebugTraceback
+    from werkzeug.exceptions import BadRequest, NotFound
+
+    message = html_message(BadRequest("Quantity must be positive & <= 10").get_body())
+    assert message == "Bad Request: Quantity must be positive & <= 10"
+    assert html_message(NotFound().get_body()) == (
+        "Not Found: The requested URL was not found on the server. If you entered the URL "
+        "manually please check your spelling and try again."
+    )
+    try:
+        raise ValueError("cannot open /home/deploy/app/orders.py")
+    except ValueError as exc:
+        debugger = DebugTraceback(exc).render_debugger_html(
+            evalex=True, secret="S3CRETxyz", evalex_trusted=True
+        )
+    assert html_message(debugger) == "ValueError: cannot open …"
+
+
+def test_django_debug_page() -> None:
+    import sys
+
+    import django
+    from django.conf import settings
+    from django.test import RequestFactory
+    from django.views.debug import technical_500_response
+
+    if not settings.configured:
+        settings.configure(
+            DEBUG=True, ALLOWED_HOSTS=["*"], SECRET_KEY="x", ROOT_URLCONF="django.conf.urls.i18n"
+        )
+        django.setup()
+    try:
+        raise ValueError("quantity must be positive")
+    except ValueError:
+        page = technical_500_response(RequestFactory().get("/orders/"), *sys.exc_info())
+    text = page.content.decode()
+    assert len(text) > 10_000 and "Traceback" in text
+    assert html_message(text) == "ValueError at /orders/: quantity must be positive"

@@ -181,3 +181,19 @@ async def test_no_catalog_gaps_without_a_catalog(
         assert answer.status == 401
     assert gaps() == before + 1
     assert "catalog gap" in caplog.text
+
+
+def test_explain_takes_the_callers_headers(tmp_path: Path) -> None:
+    """`--request-header Idempotency-Key:…` shows what the key changes for a POST's 503."""
+    base = [sys.executable, "-m", "gateway", "explain", "--upstream", "http://127.0.0.1:9"]
+    base += ["--status", "503", "--method", "POST"]
+    plain, keyed = (
+        subprocess.run(
+            base + extra, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=30
+        )
+        for extra in ([], ["--request-header", "Idempotency-Key:order-7"])
+    )
+    assert "header: X-Error-Retryable: false" in plain.stdout
+    assert "rule:  http-503 " in plain.stdout
+    assert "header: X-Error-Retryable: true" in keyed.stdout
+    assert "rule:  http-503-idempotent " in keyed.stdout
