@@ -189,3 +189,24 @@ def test_hints_can_be_turned_off(tmp_path: Path) -> None:
         observed({"Retry-After": "9"}, status=429, route="api")
     )
     assert verdict is not None and verdict.failure.retry_after_ms == 700
+
+
+async def test_a_ratelimit_hint_becomes_retry_after_through_the_gateway(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    """An upstream that says when only in `RateLimit`: the caller gets `Retry-After` too."""
+
+    async def limited(request: web.Request) -> web.Response:
+        headers = {"RateLimit": '"default";r=0;t=7', "RateLimit-Policy": '"default";q=10;w=60'}
+        return web.json_response({"message": "slow down"}, status=429, headers=headers)
+
+    app = web.Application()
+    app.router.add_post("/orders", limited)
+    upstream = await start_upstream(app)
+    gateway = await start_gateway(route_config(upstream, mode="envelope"))
+    async with await gateway.request("POST", "/orders", json={}) as answer:
+        body = await answer.json()
+    assert answer.status == 429
+    assert answer.headers["RateLimit"] == '"default";r=0;t=7'  # the upstream's own, kept
+    assert answer.headers["Retry-After"] == "7"
+    assert body["error"]["retryable"] is True and body["error"]["retry_after_ms"] == 7000

@@ -197,3 +197,16 @@ def test_explain_takes_the_callers_headers(tmp_path: Path) -> None:
     assert "rule:  http-503 " in plain.stdout
     assert "header: X-Error-Retryable: true" in keyed.stdout
     assert "rule:  http-503-idempotent " in keyed.stdout
+
+
+def test_a_config_without_routes_still_has_its_packs_checked(tmp_path: Path) -> None:
+    (tmp_path / "pack.yaml").write_text(PACK)
+    path = tmp_path / "gw.yaml"
+    path.write_text("include: [pack.yaml]\nlimits: {read_timeout_s: -1}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path))
+    found = [(Path(p.file).name, p.field) for p in caught.value.problems]
+    assert ("gw.yaml", "routes") in found
+    assert ("gw.yaml", "limits.read_timeout_s") in found
+    assert ("pack.yaml", "rules[0].match.body") in found
+    assert ("pack.yaml", "rules[2].error.retry_after_ms") in found
