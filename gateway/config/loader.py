@@ -40,7 +40,20 @@ DEFAULT_PACKS = ("http-defaults", "mcp-defaults")
 # no other API can reach them, so they are on with the defaults, matched after the user's
 # rules and ahead of the fallbacks, and `serve --upstream URL` answers specifically with no
 # config (docs/packs/index.md). Listed in `include:`, a pack is matched where it is listed.
-SHAPE_PACKS = ("fastapi", "django", "flask", "express")
+SHAPE_PACKS = (
+    "fastapi",
+    "django",
+    "flask",
+    "express",
+    "spring-boot",
+    "aspnet-core",
+    "rails",
+    "problem-details",
+    "google-aip193",
+    "aws",
+    "kubernetes",
+    "stripe",
+)
 MAX_FILE_BYTES = 8 << 20
 
 M = TypeVar("M", bound=BaseModel)

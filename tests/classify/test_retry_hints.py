@@ -106,7 +106,9 @@ def test_retry_info_needs_its_type() -> None:
 def test_the_shipped_429_rule_reads_every_hint(headers: dict[str, str], body: Any, ms: int) -> None:
     classifier = Classifier(embedded_config("http://127.0.0.1:9"))
     verdict = classifier.classify(observed(headers, body, status=429, method="POST"))
-    assert verdict is not None and verdict.rule.id == "http-429"
+    # An AIP-193 body is Google's shape: the google-aip193 pack answers it, reading the same hint.
+    expected = "google-aip193-retry-info" if body is not None else "http-429"
+    assert verdict is not None and verdict.rule.id == expected
     assert verdict.failure.retry_after_ms == ms
 
 
