@@ -25,7 +25,7 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.config.models import parse_host_port
 from gateway.followups import FollowupBook
-from gateway.handler import handle
+from gateway.handler import expect, handle
 from gateway.logs import set_access_log
 from gateway.mcp import bridge_owners
 from gateway.mcp import runtime as mcp_runtime
@@ -82,7 +82,7 @@ def build_app(
     mcp_runtime.install(app, loaded)
     app.cleanup_ctx.append(_upstream_client)
     app.on_cleanup.append(_close_resolver)
-    app.router.add_route("*", "/{tail:.*}", handle)
+    app.router.add_route("*", "/{tail:.*}", handle, expect_handler=expect)
     app.on_response_prepare.append(close_after_upgrade_request)
     return app
 

@@ -9,17 +9,34 @@ from __future__ import annotations
 import asyncio
 import time
 
-from aiohttp import web
+from aiohttp import HttpVersion11, hdrs, web
 
 from gateway.logs import AccessRecord
 from gateway.mcp.http_route import handle_mcp
 from gateway.observe import IN_FLIGHT, count_request
 from gateway.proxy.context import RequestContext, request_id_of
 from gateway.proxy.forward import forward, plain, request_target
+from gateway.proxy.relay import send_continue
 from gateway.proxy.state import STATE, GatewayState
 from gateway.proxy.tracking import FOLLOWUP_BOOK, Watch
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
+CONTINUE = "100-continue"
+
+
+async def expect(request: web.Request) -> None:
+    """`Expect: 100-continue`: on an HTTP route the upstream decides (forward passes its
+    100 Continue on, or its refusal before any byte of the body is sent); a request the gateway
+    answers itself (no route, over the body limit) is refused without the upload as well.
+    MCP routes read the body themselves, so they get aiohttp's own immediate 100."""
+    if request.version < HttpVersion11:
+        return  # HTTP/1.0 knows no expectations
+    value = request.headers.get(hdrs.EXPECT, "")
+    if value.lower() != CONTINUE:
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {value}")
+    route = request.app[STATE].current.routes.find(request_target(request).partition("?")[0])
+    if route is not None and route.spec.type == "mcp":
+        await send_continue(request)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:

@@ -58,6 +58,11 @@ class RequestBody:
         """Every byte taken from the client so far is kept, and the client's body is sound."""
         return self._kept is not None and self.failure is None
 
+    @property
+    def untouched(self) -> bool:
+        """Not a byte of the body was read from the client."""
+        return self._total == 0 and not self._ended
+
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self.chunks()
 

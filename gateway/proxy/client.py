@@ -37,7 +37,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,12 @@ log = logging.getLogger("mendpoint.upstream")
 # (as aiohttp and curl do), so an upstream never waits for a body that will not come.
 BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
 READ_CHUNK = 2**16
+# How long a request that says `Expect: 100-continue` waits for the upstream's 100 before its
+# body goes anyway (RFC 9110 §10.1.1; curl waits 1 s too): an upstream may ignore Expect.
+EXPECT_WAIT_S = 1.0
+EMPTY_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+Interim = Callable[[int, str, CIMultiDictProxy[str]], Awaitable[None]]
+"""Told of each interim answer passed on to the client: 100 Continue and 103 Early Hints."""
 # How a reused connection dies when the upstream closed it first; timeouts are not among them
 # (the upstream may still be working on the request).
 CONNECTION_LOST = (ServerDisconnectedError, ClientOSError, ConnectionResetError)
@@ -168,6 +174,8 @@ class _Connection:
     written: bool = False  # a byte of the request went out on it
     sender: asyncio.Task[None] | None = None
     total: asyncio.TimerHandle | None = None
+    interim: Interim | None = None  # this exchange's listener for 100 and 103
+    go_ahead: asyncio.Future[None] | None = None  # the upstream's 100 Continue, when asked
 
     def expired(self, now: float) -> bool:
         return now - self.idle_since >= self.idle_limit
@@ -280,6 +288,7 @@ class UpstreamClient:
         deadline: ResponseDeadline | None = None,
         *,
         idempotent: bool = False,
+        interim: Interim | None = None,
     ) -> UpstreamResponse:
         """Send one request and return once the response head has arrived.
 
@@ -300,6 +309,7 @@ class UpstreamClient:
                     total_handle.cancel()
                 raise
             conn.total = total_handle
+            conn.interim = interim
             try:
                 with timer:
                     return await self._exchange(
@@ -353,6 +363,7 @@ class UpstreamClient:
     ) -> None:
         protocol = conn.protocol
         protocol.answered = conn.written = False
+        conn.go_ahead = None
         protocol.set_response_params(
             timer=timer,  # the total timeout, if any, also bounds reading the body
             skip_payload=method == "HEAD",
@@ -375,6 +386,12 @@ class UpstreamClient:
             conn.written = True
             writer.set_eof()
         else:
+            if headers.get(hdrs.EXPECT, "").lower() == "100-continue":
+                # The upstream decides whether the body is wanted: the head goes now, the
+                # body after its 100 Continue (or EXPECT_WAIT_S of silence).
+                conn.written = True
+                writer.send_headers()
+                conn.go_ahead = self._loop.create_future()
             conn.sender = self._loop.create_task(_send_body(writer, conn, body))
 
     async def _response_head(self, conn: _Connection, origin: Origin) -> UpstreamResponse:
@@ -389,6 +406,11 @@ class UpstreamClient:
             # is final and the caller refuses it, since the gateway never asks to upgrade.
             if not (100 <= message.code < 200) or message.code == 101:
                 break
+            if message.code == 100:
+                if conn.go_ahead is not None and not conn.go_ahead.done():
+                    conn.go_ahead.set_result(None)
+            elif conn.interim is not None:
+                await conn.interim(message.code, message.reason, message.headers)
         return UpstreamResponse(
             message.code, message.reason, message.headers, payload, self, origin, conn
         )
@@ -652,6 +674,10 @@ async def _send_body(
     """Send the request body; a failure is handed to the response reader, never lost."""
     protocol = conn.protocol
     try:
+        if conn.go_ahead is not None:
+            await asyncio.wait((conn.go_ahead,), timeout=EXPECT_WAIT_S)
+            if conn.interim is not None:  # the client may now send the body it holds back
+                await conn.interim(100, "Continue", EMPTY_HEADERS)
         if isinstance(body, bytes):
             conn.written = True
             await writer.write_eof(body)

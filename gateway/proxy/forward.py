@@ -8,6 +8,7 @@ bytes. Transport faults become synthesised 502/504 failures.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -27,7 +28,7 @@ from gateway.proxy.headers import (
     client_response_headers,
     upstream_request_headers,
 )
-from gateway.proxy.relay import relay
+from gateway.proxy.relay import relay, relay_interim
 from gateway.proxy.state import UPSTREAM
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 
@@ -73,6 +74,7 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
             body,
             deadline,
             idempotent=request.method in route.idempotent,
+            interim=functools.partial(relay_interim, request),
         )
     except UPSTREAM_ERRORS as exc:
         if body is not None and body.failure is not None:
@@ -90,10 +92,16 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
         if upstream.status < 400 and not state.classifier.has_rules_for(upstream.status):
             headers = client_response_headers(upstream.headers)
             headers[REQUEST_ID] = request_id
-            return await relay(request, upstream, headers)
-        return await answer_upstream_failure(ctx, upstream)
+            response = await relay(request, upstream, headers)
+        else:
+            response = await answer_upstream_failure(ctx, upstream)
     finally:
         upstream.release()
+    if body is not None and body.untouched:
+        # The upstream answered without wanting the body (Expect: 100-continue refused): the
+        # client still holds it, so this connection cannot carry another request.
+        response.force_close()
+    return response
 
 
 def _replay_bytes(request: web.Request, cap: int) -> int:

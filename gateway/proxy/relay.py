@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from aiohttp import StreamReader, web
-from multidict import CIMultiDict
+from aiohttp import HttpVersion11, StreamReader, hdrs, web
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.proxy.aiohttp_private import RelayResponse
 from gateway.proxy.client import UpstreamResponse
+from gateway.proxy.headers import client_response_headers
 from gateway.proxy.upstream import UPSTREAM_ERRORS
 
 log = logging.getLogger("mendpoint.proxy")
@@ -45,6 +46,29 @@ async def relay(
         return response
     await response.write_eof()
     return response
+
+
+async def send_continue(request: web.Request) -> None:
+    """Tell the client to send the body it holds back (`Expect: 100-continue`)."""
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the interim answer is not part of the response's size
+
+
+async def relay_interim(
+    request: web.Request, status: int, reason: str, headers: CIMultiDictProxy[str]
+) -> None:
+    """Pass an upstream's interim answer on, before the final one: a 100 Continue when the
+    client asked for one, a 103 Early Hints (with its Link headers) to any HTTP/1.1 client."""
+    if request.version < HttpVersion11 or request.writer.output_size:
+        return
+    if status == 100:
+        if request.headers.get(hdrs.EXPECT, "").lower() == "100-continue":
+            await send_continue(request)
+        return
+    fields = client_response_headers(headers)
+    head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    await request.writer.write(head.encode("latin-1", "replace") + b"\r\n")
+    request.writer.output_size = 0
 
 
 async def _chunks(content: StreamReader) -> AsyncIterator[bytes]:
