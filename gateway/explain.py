@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation, Verdict
-from gateway.classify.observation import IDEMPOTENCY_KEY
+from gateway.classify.observation import carries_idempotency_key
 from gateway.classify.render_failure import parse_retry_after
 from gateway.config.loaded import LoadedConfig
 from gateway.envelope import Exchange, Rendering, render
@@ -82,7 +82,7 @@ def explain(
         body=body,
         content_type=sample.headers.get("Content-Type", ""),
         idempotent=sample.method.upper() in route.idempotent,
-        idempotency_key=IDEMPOTENCY_KEY in sample.request_headers,
+        idempotency_key=carries_idempotency_key(sample.request_headers),
         tool=""
         if sample.is_mcp and sample.tool is None and sample.jsonrpc_code is None
         else sample.tool,

@@ -18,6 +18,11 @@ IDEMPOTENCY_KEY = "Idempotency-Key"
 """The request header by which a caller declares a request safe to repeat (IETF draft)."""
 
 
+def carries_idempotency_key(headers: Mapping[str, str]) -> bool:
+    """True when the caller sent a non-blank `Idempotency-Key` (an empty one declares nothing)."""
+    return bool(headers.get(IDEMPOTENCY_KEY, "").strip())
+
+
 @dataclass(slots=True)
 class Observation:
     """A failed exchange as the rules see it; `body` is None when it was not read (too big)."""

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.classify import Observation
-from gateway.classify.observation import IDEMPOTENCY_KEY
+from gateway.classify.observation import carries_idempotency_key
 from gateway.failure import Mode
 from gateway.logs import AccessRecord
 from gateway.observe import FALLBACKS, FallbackReason
@@ -88,7 +88,7 @@ class RequestContext:
             method=method,
             path=self.request.path,
             idempotent=method in self.route.idempotent,
-            idempotency_key=IDEMPOTENCY_KEY in self.request.headers,
+            idempotency_key=carries_idempotency_key(self.request.headers),
             **fields,  # type: ignore[arg-type]
         )
 
