@@ -185,6 +185,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     stdio.add_argument("--config", help="gateway config file (its rules, packs and mcp: block)")
     stdio.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ADDITIVE.value)
+    stdio.add_argument(
+        "--grace",
+        type=float,
+        metavar="S",
+        help="seconds pending calls may run after the client closes its input "
+        "(default: mcp.stdio_grace_s, 60; docs/mcp.md)",
+    )
     stdio.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     stdio.set_defaults(run=_stdio)
 
@@ -508,7 +515,10 @@ def _stdio(args: argparse.Namespace) -> int:
         print("mendpoint stdio: give the server command after --", file=sys.stderr)
         return EXIT_USAGE
     loaded = load_config(args.config) if args.config else embedded_config("http://127.0.0.1:9")
-    return run_stdio(loaded, command, Mode(args.mode))
+    if args.grace is not None and not 0 < args.grace <= 86_400:
+        print("mendpoint stdio: --grace must be above 0 and at most 86400", file=sys.stderr)
+        return EXIT_USAGE
+    return run_stdio(loaded, command, Mode(args.mode), args.grace)
 
 
 def _schema(args: argparse.Namespace) -> int:

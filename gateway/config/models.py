@@ -480,6 +480,9 @@ class McpSpec(Strict):
     max_tracked_requests: int = Field(default=1024, ge=1, le=1_000_000)
     max_sessions: int = Field(default=4096, ge=1, le=1_000_000)
     max_message_bytes: int = Field(default=16 << 20, ge=1024, le=1 << 30)
+    # `mendpoint stdio`: how long the server's pending calls may run after the client closed
+    # its input, before the server is ended (docs/mcp.md, "stdio").
+    stdio_grace_s: float = Field(default=60, gt=0, le=86_400)
 
     @property
     def guidance(self) -> str:

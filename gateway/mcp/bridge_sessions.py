@@ -25,7 +25,15 @@ from typing import Any
 from gateway.config.models import RouteSpec
 from gateway.mcp.bridge_owners import Owners, new_session_id
 from gateway.mcp.child import Child
-from gateway.mcp.jsonrpc import RequestKey, encode, parse_message, request_key, server_gone
+from gateway.mcp.jsonrpc import (
+    RequestKey,
+    encode,
+    parse_message,
+    request_key,
+    server_gone,
+    too_large,
+)
+from gateway.mcp.lines import Overlong, overlong_id
 
 log = logging.getLogger("mendpoint.mcp")
 
@@ -167,11 +175,28 @@ class BridgeSession:
     async def _pump(self) -> None:
         """Route each line the child writes; the child's exit ends the session."""
         while (line := await self.child.readline()) != b"":
-            if line is None:
-                log.warning("MCP bridge session %s: a message over the size limit dropped", self.id)
+            if isinstance(line, Overlong):
+                await self._too_large(line)
                 continue
             self._dispatch(line)
         await self.end("server exited")
+
+    async def _too_large(self, line: Overlong) -> None:
+        """A message over `mcp.max_message_bytes`: its request gets an error instead, never
+        silence (the POST waiting for it would hang). Read through, never buffered."""
+        await line.drain()
+        key = request_key(overlong_id(line))
+        waiter = self._waiting.pop(key, None) if key is not None else None
+        log.warning(
+            "MCP bridge session %s: a %d-byte message over the size limit %s",
+            self.id,
+            line.size,
+            "answered with an error" if waiter is not None else "dropped",
+        )
+        if waiter is not None and key is not None:
+            method = waiter.outstanding.get(key, "the request")
+            error = too_large(key[1], method, line.size, self.child.limit)
+            waiter.deliver(key, (encode(error) or b"") + b"\n")
 
     def _dispatch(self, line: bytes) -> None:
         message = parse_message(line)

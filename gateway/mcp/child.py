@@ -3,8 +3,8 @@
 Started from an argv list (never a shell) in its own session, so the whole process group can
 be signalled: servers launched through `npx` or a shell script leave grandchildren that
 killing the direct child would orphan. stderr is drained continuously to ours, because a
-chatty server blocks once the pipe fills. Lines may be up to `limit` bytes (asyncio's 64 KiB
-default breaks on real payloads).
+chatty server blocks once the pipe fills. Lines up to `limit` bytes are read whole (asyncio's
+64 KiB default breaks on real payloads); longer ones in pieces (`lines.Overlong`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import contextlib
 import os
 import signal
 import sys
+
+from gateway.mcp.lines import Overlong, read_line
 
 STDERR_LINGER_S = 0.5
 
@@ -57,18 +59,12 @@ class Child:
             with contextlib.suppress(ConnectionError, OSError):
                 stdin.close()
 
-    async def readline(self) -> bytes | None:
-        """The next line (b"" at end of output), or None when one passed the length limit.
-
-        An over-long line is discarded by asyncio (whole if its newline was buffered, else up
-        to what was buffered); callers decide whether to relay raw bytes or skip it.
-        """
+    async def readline(self) -> bytes | Overlong:
+        """The next line (b"" at end of output; the last may lack its newline), or an
+        `Overlong` when it passes the length limit: the caller relays or drains its pieces."""
         stdout = self.process.stdout
         assert stdout is not None
-        try:
-            return await stdout.readline()
-        except ValueError:
-            return None
+        return await read_line(stdout)
 
     def signal_group(self, sig: int = signal.SIGKILL) -> None:
         """Signal the server's whole process group (it is its own group leader)."""

@@ -3,11 +3,14 @@
 The server is started from an argv list (never a shell) in its own process group. Lines from
 the client are forwarded unchanged (requests are noted in a bounded table); lines from the
 server are forwarded unchanged unless they are responses to noted requests that the rules
-upgrade. A line that is not JSON passes through untouched. Lines may be up to
-`mcp.max_message_bytes` long (asyncio's 64 KiB default breaks on real payloads). stderr is
-drained continuously to ours. SIGINT/SIGTERM are forwarded; on shutdown the whole process
-group is killed. If the server dies, every request still pending gets a JSON-RPC error, and
-the relay exits with the server's status.
+upgrade. A line that is not JSON passes through untouched. Lines up to `mcp.max_message_bytes`
+are parsed (asyncio's 64 KiB default breaks on real payloads); longer ones, either way, pass
+whole and unparsed, streamed, and the relay goes on. stderr is drained continuously to ours.
+SIGINT/SIGTERM are forwarded. When the client closes its input, the server's stdin is closed
+and its pending calls get up to `mcp.stdio_grace_s` to finish (as they would run directly);
+then the whole process group is ended. If the server dies, every request still pending gets
+a JSON-RPC error (each request is answered exactly once), and the relay exits with the
+server's status.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import signal
 import stat
 import sys
 import uuid
+from asyncio import FIRST_COMPLETED
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +45,7 @@ from gateway.mcp.jsonrpc import (
     requests_in,
     server_gone,
 )
+from gateway.mcp.lines import Overlong, overlong_id, read_line
 from gateway.mcp.runtime import build_upgrader
 from gateway.mcp.upgrade import Upgrader
 from gateway.resolve.callers import ANONYMOUS, Caller
@@ -64,13 +69,18 @@ class StdioExchange:
 
 
 class StdioRelay:
-    def __init__(self, argv: list[str], upgrader: Upgrader, mode: Mode) -> None:
+    def __init__(
+        self, argv: list[str], upgrader: Upgrader, mode: Mode, grace_s: float | None = None
+    ) -> None:
         self.argv = argv
         self.upgrader = upgrader
         self.exchange = StdioExchange(mode)
-        self.limit = upgrader.settings.max_message_bytes
-        self.pending = RequestTable(upgrader.settings.max_tracked_requests)
+        settings = upgrader.settings
+        self.limit = settings.max_message_bytes
+        self.grace_s = settings.stdio_grace_s if grace_s is None else grace_s
+        self.pending = RequestTable(settings.max_tracked_requests)
         self._ids: dict[RequestKey, Any] = {}
+        self._answered = asyncio.Event()  # set whenever nothing is pending any more
 
     async def run(self) -> int:
         """Run the server until it exits; returns its exit status (128+N if killed by signal N)."""
@@ -97,35 +107,86 @@ class StdioRelay:
 
     async def _client_to_server(self, client: asyncio.StreamReader, child: Child) -> None:
         try:
-            while line := await client.readline():
-                message = parse_message(line)
-                for key, pending in requests_in(message):
-                    self.pending.add(key, pending)
-                    self._ids[key] = key[1]
+            while line := await read_line(client):
+                if isinstance(line, Overlong):
+                    # Over the limit: not parsed, but delivered whole; the server decides.
+                    async for piece in line.pieces():
+                        await child.write(piece)
+                    continue
+                self._note(parse_message(line))
                 await child.write(line)
-        except (ConnectionError, ValueError):
-            pass  # the server closed its stdin, or a line passed the limit
-        # The client is gone: give the server a moment to finish, then end it.
+        except ConnectionError:
+            pass  # the server closed its stdin
         child.close_stdin()
+        await self._let_finish(child)
+
+    def _note(self, message: Any) -> None:
+        """Requests to tie responses to; a cancelled request will not be answered."""
+        for key, pending in requests_in(message):
+            self.pending.add(key, pending)
+            self._ids[key] = key[1]
+        for item in message if isinstance(message, list) else (message,):
+            if isinstance(item, dict) and item.get("method") == "notifications/cancelled":
+                params = item.get("params")
+                cancelled = request_key(
+                    params.get("requestId") if isinstance(params, dict) else None
+                )
+                if cancelled is not None:
+                    self._settle(cancelled)
+
+    def _settle(self, key: RequestKey) -> Pending | None:
+        """`key` is answered (or will never be): forget it."""
+        pending = self.pending.pop(key)
+        self._ids.pop(key, None)
+        if not self.pending:
+            self._answered.set()
+        return pending
+
+    async def _let_finish(self, child: Child) -> None:
+        """The client closed its input. Run directly, a server answers what it was asked and
+        then exits: wait for the calls still pending (up to `grace_s`), give the server
+        EXIT_GRACE_S more to exit by itself, then end it."""
+        exited = asyncio.ensure_future(child.process.wait())
         try:
-            await asyncio.wait_for(child.process.wait(), EXIT_GRACE_S)
+            async with asyncio.timeout(self.grace_s):
+                while self.pending and not exited.done():
+                    self._answered.clear()
+                    answered = asyncio.ensure_future(self._answered.wait())
+                    try:
+                        await asyncio.wait({exited, answered}, return_when=FIRST_COMPLETED)
+                    finally:
+                        answered.cancel()
+            await asyncio.wait_for(asyncio.shield(exited), EXIT_GRACE_S)
         except TimeoutError:
             child.signal_group(signal.SIGTERM)
+        finally:
+            if not exited.done():
+                exited.cancel()
 
     async def _server_to_client(self, child: Child, out: asyncio.StreamWriter | _FileOut) -> None:
-        stdout = child.process.stdout
-        assert stdout is not None
-        while True:
-            line = await child.readline()
-            if line is None:  # longer than the limit: relay what is buffered, unparsed
-                line = await stdout.read(self.limit)
-            elif line and not line.endswith(b"\n"):
+        while line := await child.readline():
+            if isinstance(line, Overlong):
+                await self._relay_overlong(line, out)
+                continue
+            if not line.endswith(b"\n"):
                 line += b"\n"  # the server's last line, cut short: whatever follows gets its own
-            if not line:
-                return
             out.write(await self._maybe_upgraded(line))
             with contextlib.suppress(ConnectionError):
                 await out.drain()
+
+    async def _relay_overlong(self, line: Overlong, out: asyncio.StreamWriter | _FileOut) -> None:
+        """A server message over the limit reaches the client whole, as the server wrote it
+        (too large to parse and upgrade); if it answers a pending request, that request is
+        answered: no made-up second answer follows when the server exits."""
+        async for piece in line.pieces():
+            out.write(piece)
+            with contextlib.suppress(ConnectionError):
+                await out.drain()
+        if not line.tail.endswith(b"\n"):
+            out.write(b"\n")
+        key = request_key(overlong_id(line))
+        if key is not None and self._settle(key) is not None:
+            log.info("MCP message of %d bytes over the size limit relayed unparsed", line.size)
 
     async def _maybe_upgraded(self, line: bytes) -> bytes:
         if not self.pending or not may_be_response(line):
@@ -134,9 +195,7 @@ class StdioRelay:
         if not isinstance(message, dict) or "method" in message:
             return line
         key = request_key(message.get("id"))
-        pending = self.pending.pop(key) if key is not None else None
-        if key is not None:
-            self._ids.pop(key, None)
+        pending = self._settle(key) if key is not None else None
         if pending is None or not may_need_rewrite(line):
             return line
         # Each upgraded failure gets its own id: the draft extension's correlationId. There is
@@ -214,7 +273,9 @@ def _is_regular_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
-def run_stdio(loaded: LoadedConfig, argv: list[str], mode: Mode) -> int:
+def run_stdio(
+    loaded: LoadedConfig, argv: list[str], mode: Mode, grace_s: float | None = None
+) -> int:
     """The `mendpoint stdio` command: relay until the server exits; its status is ours."""
     classifier = Classifier(loaded)
     recovery = RecoveryService.build(loaded)
@@ -222,7 +283,7 @@ def run_stdio(loaded: LoadedConfig, argv: list[str], mode: Mode) -> int:
 
     async def main() -> int:
         try:
-            return await StdioRelay(argv, upgrader, mode).run()
+            return await StdioRelay(argv, upgrader, mode, grace_s).run()
         finally:
             await recovery.close()
 

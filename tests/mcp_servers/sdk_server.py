@@ -61,6 +61,12 @@ def frobnicate() -> str:
     raise ToolError("the frobnicator is out of phase")
 
 
+@server.tool()
+def big(size: int) -> str:
+    """A result of `size` characters (large results: limits, SSE event caps)."""
+    return "b" * size
+
+
 HELPERS: list[subprocess.Popen[bytes]] = []
 
 
