@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
+ADMIN ?= 127.0.0.1:8491
 
 .PHONY: run test test-slow soak lint typecheck check-all clean mcp-servers docs frameworks
 
@@ -26,7 +27,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 run: $(STAMP)
-	@$(BIN)/python examples/run_demo.py --demo-listen $(DEMO_LISTEN) --listen $(LISTEN)
+	@$(BIN)/python examples/run_demo.py --demo-listen $(DEMO_LISTEN) --listen $(LISTEN) --admin $(ADMIN)
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests examples bench

@@ -1,7 +1,8 @@
 """`make run`: the bundled demo API with Mendpoint in front of it, on the embedded defaults.
 
-Starts both as child processes, waits until each answers, prints curl lines to try, and stops
-both on Ctrl-C (or when either exits).
+Starts both as child processes, waits until each answers (the gateway's admin listener too,
+unless `--admin off`), prints curl lines to try, and stops both on Ctrl-C (or when either
+exits).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from gateway.config.models import DEFAULT_ADMIN
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,6 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--demo-listen", default="127.0.0.1:9000")
     parser.add_argument("--listen", default="127.0.0.1:8080")
+    parser.add_argument("--admin", default=DEFAULT_ADMIN, help="HOST:PORT, or 'off'")
     args = parser.parse_args()
     demo = subprocess.Popen(
         [sys.executable, str(ROOT / "examples" / "demo_api.py"), "--listen", args.demo_listen]
@@ -36,15 +40,18 @@ def main() -> int:
             f"http://{args.demo_listen}",
             "--listen",
             args.listen,
+            "--admin",
+            args.admin,
         ]
     )
     children = (demo, gateway)
     try:
-        for address in (args.demo_listen, args.listen):
+        admin = None if args.admin == "off" else args.admin
+        for address in (args.demo_listen, args.listen, *([admin] if admin else [])):
             if not wait_for_port(address, children):
                 print(f"nothing answered on {address}; see the messages above", file=sys.stderr)
                 return 1
-        print_try_lines(args.listen)
+        print_try_lines(args.listen, admin)
         while all(child.poll() is None for child in children):
             time.sleep(0.5)
         return 1
@@ -75,13 +82,15 @@ def wait_for_port(address: str, children: tuple[subprocess.Popen[bytes], ...]) -
     return False
 
 
-def print_try_lines(listen: str) -> None:
+def print_try_lines(listen: str, admin: str | None) -> None:
     base = f"http://{listen}"
     lines = [
         f"curl -i {base}/v1/items/42",
         f"curl -i {base}/v1/search",
         f"curl -i -X POST -H 'X-Error-Format: envelope' -d '{{}}' {base}/v1/orders",
     ]
+    if admin is not None:
+        lines += [f"curl -s http://{admin}/metrics", f"mendpoint gaps --admin {admin}"]
     print(
         "\nMendpoint is running in front of the demo API (Ctrl-C stops both). Try:\n\n  "
         + "\n  ".join(lines)

@@ -25,7 +25,7 @@ from gateway.app import UnsafeRuntime, require_c_parser, serve_forever
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_text, embedded_config, load_catalog, load_config
-from gateway.config.models import parse_host_port
+from gateway.config.models import DEFAULT_ADMIN, parse_host_port
 from gateway.config.secrets import TOKEN_ENV, TokenError
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
@@ -86,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gateway")
     _config_source(serve)
     serve.add_argument("--listen", help="HOST:PORT to listen on (overrides the config)")
-    serve.add_argument("--admin", help="HOST:PORT of the admin listener, or 'off'")
+    serve.add_argument(
+        "--admin", help=f"HOST:PORT of the admin listener (default {DEFAULT_ADMIN}), or 'off'"
+    )
     serve.add_argument(
         "--workers",
         type=_worker_count,

@@ -551,6 +551,12 @@ def _network(value: str) -> str:
     return value
 
 
+# Not 9090 (Prometheus itself), nor 9091-9094, 9100-9999 (Prometheus's exporter allocations),
+# 9464 (OpenTelemetry's Prometheus exporter) or 9901 (Envoy's admin): a gateway must start on
+# the host that scrapes it. Why this one: docs/operations.md#admin-listener.
+DEFAULT_ADMIN = "127.0.0.1:8491"
+
+
 # One CIDR block (or address) per item, checked item by item so an error names its line.
 TrustedBlock = Annotated[str, AfterValidator(_network)]
 
@@ -559,7 +565,7 @@ class GatewayConfig(Strict):
     """The `mendpoint serve --config` file (docs/configuration.md)."""
 
     listen: str = "127.0.0.1:8080"
-    admin: str | None = "127.0.0.1:9090"
+    admin: str | None = DEFAULT_ADMIN
     # `serve --workers`: processes sharing `listen` (SO_REUSEPORT); 0 or "auto": usable CPUs.
     workers: int | Literal["auto"] = 1
     include: list[str] = Field(default_factory=list)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -143,6 +144,31 @@ def test_explain_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         process.stdout.close()
         err = process.stderr.read().decode()
         assert process.wait(timeout=30) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_explain_into_head_that_stops_reading_ends_quietly(tmp_path: Path) -> None:
+    """`mendpoint explain … | head -c 100` through a real pipe: the output is larger than the
+    pipe holds, so head exits while explain is still writing."""
+    body = tmp_path / "big.json"
+    body.write_text(json.dumps({"message": "x" * 200_000, "rows": [1] * 50_000}))
+    command = [sys.executable, "-m", "gateway", "explain", "--upstream", "http://127.0.0.1:9"]
+    explain = subprocess.Popen(
+        [*command, "--status", "500", "--body", str(body), "--mode", "envelope"],
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert explain.stdout is not None and explain.stderr is not None
+    head = subprocess.run(
+        ["head", "-c", "100"], stdin=explain.stdout, capture_output=True, timeout=30, check=True
+    )
+    explain.stdout.close()  # only head holds the read end now: when it exits, nobody does
+    err = explain.stderr.read().decode()
+    assert explain.wait(timeout=30) == 0, err
+    explain.stderr.close()
+    assert len(head.stdout) == 100
     assert "Traceback" not in err and "BrokenPipe" not in err, err
 
 

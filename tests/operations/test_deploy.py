@@ -15,6 +15,7 @@ import yaml
 
 from gateway.cli import _parser
 from gateway.config.loader import load_catalog, load_config
+from gateway.config.models import DEFAULT_ADMIN
 from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
 from gateway.observe import REGISTRY
 from tests.support.paths import DEPLOY
@@ -96,6 +97,35 @@ def test_mendpoint_container_args_parse_and_configs_load(
             assert set(probes) <= {"/readyz", "/healthz"} and all(probes)
             checked += 1
     assert checked >= 1
+
+
+def test_every_admin_port_is_the_default() -> None:
+    """The image, compose file, Pods, probes and scrape annotations use the default admin port
+    (not Prometheus's own 9090: docs/operations.md#admin-listener)."""
+    port = int(DEFAULT_ADMIN.rpartition(":")[2])
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert f"MENDPOINT_ADMIN=0.0.0.0:{port}" in dockerfile
+    assert f"EXPOSE 8080 {port}" in dockerfile and f"127.0.0.1:{port}/healthz" in dockerfile
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["mendpoint"]
+    assert compose["environment"]["MENDPOINT_ADMIN"] == f"0.0.0.0:{port}"
+    assert f"127.0.0.1:{port}:{port}" in compose["ports"]
+    seen = 0
+    for name, deployment in objects("Deployment").items():
+        template = deployment["spec"]["template"]
+        for container in containers(deployment):
+            admin = [p for p in container.get("ports", []) if p["name"] == "admin"]
+            if admin and container["args"][0] == "serve":
+                assert admin[0]["containerPort"] == port, name
+                annotations = template["metadata"].get("annotations", {})
+                assert annotations.get("prometheus.io/port") == str(port), name
+                seen += 1
+    assert seen >= 2
+    for path in MANIFESTS:
+        for doc in documents(path):
+            for text in doc.get("data", {}).values():
+                config = yaml.safe_load(text)
+                if isinstance(config, dict) and "admin" in config:
+                    assert config["admin"] == f"0.0.0.0:{port}", path
 
 
 def secrets() -> dict[str, dict[str, str]]:

@@ -1,0 +1,89 @@
+"""`make run`: the command the Makefile runs starts the demo, the gateway and its admin listener
+on the addresses given (DEMO_LISTEN, LISTEN, ADMIN), and the admin default is not a port a
+monitoring stack already uses (docs/operations.md#admin-listener)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+from gateway.config.models import DEFAULT_ADMIN, GatewayConfig
+from tests.support.gateway import free_port
+from tests.support.paths import DOCS, REPO
+
+# Ports a host that runs a metrics or mesh stack is likely to have taken already: Prometheus
+# and its Pushgateway/Alertmanager (9090-9094), the exporter allocations (9100-9999),
+# OpenTelemetry (4317/4318 OTLP, 8888/8889 collector, 9464 Prometheus exporter, 13133 health),
+# Envoy/Istio admin (9901, 15000-15090), Linkerd (4190/4191), Grafana 3000, the gateway's
+# own data port 8080 and the demo's 9000.
+TAKEN = (
+    set(range(9090, 9095))
+    | set(range(9100, 10000))
+    | {3000, 4190, 4191, 4317, 4318, 8080, 8888, 8889, 9000, 9464, 13133}
+    | set(range(15000, 15091))
+)
+
+
+def test_the_default_admin_port_is_not_a_monitoring_port() -> None:
+    assert GatewayConfig.model_fields["admin"].default == DEFAULT_ADMIN
+    port = int(DEFAULT_ADMIN.rpartition(":")[2])
+    assert port not in TAKEN
+    # The docs say the same (deploy/ is checked in tests/operations/test_deploy.py).
+    assert f"`{DEFAULT_ADMIN}`" in (DOCS / "configuration.md").read_text()
+    assert f"`{DEFAULT_ADMIN}`" in (DOCS / "operations.md").read_text()
+
+
+def make_run_argv(**variables: str) -> list[str]:
+    """The command `make run` would run with these variables (make -n prints, runs nothing)."""
+    assigned = [f"{name}={value}" for name, value in variables.items()]
+    printed = subprocess.run(
+        ["make", "--no-print-directory", "-n", "run", *assigned],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    line = next(line for line in printed.splitlines() if "run_demo.py" in line)
+    argv = shlex.split(line)
+    return argv[argv.index("examples/run_demo.py") :]
+
+
+def get(url: str) -> tuple[int, str | None]:
+    """The status and X-Error-Code of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, answer.headers.get("X-Error-Code")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("X-Error-Code")
+
+
+def test_make_run_starts_the_admin_listener_where_asked() -> None:
+    demo, listen, admin = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    argv = make_run_argv(DEMO_LISTEN=demo, LISTEN=listen, ADMIN=admin)
+    assert argv[-2:] == ["--admin", admin]
+    with subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        try:
+            printed = ""
+            while "Ctrl-C" not in printed:
+                line = process.stdout.readline()
+                assert line, f"run_demo ended early: {printed}"
+                printed += line
+            assert get(f"http://{admin}/healthz") == (200, None)
+            assert get(f"http://{listen}/v1/items/42") == (404, "NOT_FOUND")
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=20) == 0
+        printed += process.stdout.read()
+    assert f"mendpoint gaps --admin {admin}" in printed
