@@ -32,7 +32,11 @@ from gateway.mcp import runtime as mcp_runtime
 from gateway.observe import READY, RELOADS
 from gateway.proxy.aiohttp_private import server_handler_kwargs
 from gateway.proxy.client import UpstreamClient
-from gateway.proxy.protocol import GatewayProtocol, close_after_upgrade_request
+from gateway.proxy.protocol import (
+    AsteriskResource,
+    GatewayProtocol,
+    close_after_upgrade_request,
+)
 from gateway.proxy.state import (
     CAPTURES,
     SIGNATURES,
@@ -83,6 +87,7 @@ def build_app(
     app.cleanup_ctx.append(_upstream_client)
     app.on_cleanup.append(_close_resolver)
     app.router.add_route("*", "/{tail:.*}", handle, expect_handler=expect)
+    app.router.register_resource(AsteriskResource(handle, expect))  # OPTIONS *
     app.on_response_prepare.append(close_after_upgrade_request)
     return app
 

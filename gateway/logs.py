@@ -77,6 +77,33 @@ def set_access_log(enabled: bool) -> None:
     ACCESS.setLevel(logging.INFO if enabled else logging.WARNING)
 
 
+class Throttled:
+    """A warning that the outside world can trigger (a malformed request, a bad upstream
+    certificate) is written at most once per `interval_s` per key, with how many were held
+    back: a flood of them must not flood the log."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 60.0) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warning(self, key: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            return
+        if len(self._last) > 1024:  # keys come from outside: bounded
+            self._last.clear()
+            self._held.clear()
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            message += f" ({held} more like it in the last {self._interval_s:.0f} s)"
+        self._logger.warning(message, *args)
+
+
 @dataclass(slots=True)
 class AccessRecord:
     """Filled in as the request goes through the gateway; logged once when it ends."""
@@ -99,6 +126,8 @@ class AccessRecord:
     """The request id of the failure this request follows up (gateway.followups)."""
     followup: str | None = None
     """That failure's outcome, settled by this request."""
+    upstream_request_id: str | None = None
+    """The upstream's own `X-Request-Id` on its answer, when it differs from ours."""
 
     def emit(self) -> None:
         if not ACCESS.isEnabledFor(logging.INFO):
@@ -119,4 +148,6 @@ class AccessRecord:
             "follows": self.follows,
             "followup": self.followup,
         }
+        if self.upstream_request_id is not None:
+            fields["upstream_request_id"] = self.upstream_request_id
         ACCESS.info("request", extra={"fields": fields})

@@ -35,7 +35,6 @@ import re
 import select
 import socket
 import ssl
-import time
 from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +57,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from gateway.config.models import LimitsSpec, TlsSpec
 from gateway.config.tls import tls_context
 from gateway.failure import TransportKind
+from gateway.logs import Throttled
 from gateway.proxy.aiohttp_private import LazyReadTimeoutProtocol
 from gateway.proxy.body import RequestBody
 
@@ -536,7 +536,7 @@ class UpstreamClient:
             raise UpstreamFault(TransportKind.DNS_FAILURE, str(exc)) from exc
         except ssl.SSLError as exc:  # before OSError, of which it is one
             problem = tls_problem(exc)
-            TLS_WARNINGS.warn(origin, problem)
+            _warn_tls(origin, problem)
             raise UpstreamFault(TransportKind.TLS, problem) from exc
         except (ConnectionResetError, ConnectionAbortedError) as exc:
             if not origin.tls:
@@ -544,7 +544,7 @@ class UpstreamClient:
             # Accepted, then dropped in the handshake: typically a client certificate that the
             # upstream refused (or none when it requires one).
             problem = f"the upstream closed the connection during the TLS handshake ({exc!r})"
-            TLS_WARNINGS.warn(origin, problem)
+            _warn_tls(origin, problem)
             raise UpstreamFault(TransportKind.TLS, problem) from exc
         except OSError as exc:  # refused, unreachable
             kind = TransportKind.CONNECT_REFUSED
@@ -611,32 +611,18 @@ def tls_problem(exc: ssl.SSLError) -> str:
     return str(exc.reason or exc)
 
 
-class _TlsWarnings:
-    """One warning line per upstream and problem per minute: a misconfigured upstream under
-    load must not write a line per request."""
-
-    def __init__(self, interval_s: float = 60.0) -> None:
-        self._interval_s = interval_s
-        self._last: dict[tuple[str, int, str], float] = {}
-
-    def warn(self, origin: Origin, problem: str) -> None:
-        key = (origin.host, origin.port, problem)
-        now = time.monotonic()
-        if now - self._last.get(key, -self._interval_s) < self._interval_s:
-            return
-        if len(self._last) > 1024:
-            self._last.clear()
-        self._last[key] = now
-        log.warning(
-            "TLS with upstream %s:%d (server name %s) failed: %s",
-            origin.host,
-            origin.port,
-            origin.server_name,
-            problem,
-        )
+TLS_WARNINGS = Throttled(log)
 
 
-TLS_WARNINGS = _TlsWarnings()
+def _warn_tls(origin: Origin, problem: str) -> None:
+    TLS_WARNINGS.warning(
+        f"{origin.host}:{origin.port} {problem}",
+        "TLS with upstream %s:%d (server name %s) failed: %s",
+        origin.host,
+        origin.port,
+        origin.server_name,
+        problem,
+    )
 
 
 def _too_late(protocol: ResponseHandler) -> None:

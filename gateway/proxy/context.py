@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
@@ -91,6 +92,16 @@ class RequestContext:
             idempotency_key=carries_idempotency_key(self.request.headers),
             **fields,  # type: ignore[arg-type]
         )
+
+
+def echo_request_id(headers: CIMultiDict[str], record: AccessRecord) -> None:
+    """The response's `X-Request-Id`: the upstream's own when it sent one (a client may
+    correlate with the upstream's logs; both ids are logged), else the gateway's."""
+    theirs = headers.get(REQUEST_ID)
+    if theirs is None:
+        headers[REQUEST_ID] = record.request_id
+    elif theirs != record.request_id:
+        record.upstream_request_id = theirs[:200]
 
 
 def request_id_of(request: web.Request) -> str:

@@ -30,7 +30,7 @@ from gateway.observe import (
 )
 from gateway.proxy.body import decoded_for_matching
 from gateway.proxy.client import UpstreamResponse
-from gateway.proxy.context import REQUEST_ID, RequestContext
+from gateway.proxy.context import REQUEST_ID, RequestContext, echo_request_id
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.state import CAPTURES, SIGNATURES
@@ -100,7 +100,7 @@ async def answer_upstream_failure(
     )
     rendering = await _enrich_or_none(ctx, obs, mode, _exchange(ctx, obs, upstream))
     headers = client_response_headers(upstream.headers)
-    headers[REQUEST_ID] = ctx.request_id
+    echo_request_id(headers, ctx.record)
     if rendering is not None and rendering.body is not None:
         return _rewritten(upstream.status, upstream.reason, headers, rendering)
     if rendering is not None:

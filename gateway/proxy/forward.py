@@ -19,7 +19,7 @@ from gateway.failure import TransportKind
 from gateway.observe import observe_upstream
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.proxy.client import ResponseDeadline
-from gateway.proxy.context import REQUEST_ID, RequestContext
+from gateway.proxy.context import REQUEST_ID, RequestContext, echo_request_id
 from gateway.proxy.failure_path import (
     answer_transport_failure,
     answer_upstream_failure,
@@ -91,7 +91,7 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
     try:
         if upstream.status < 400 and not state.classifier.has_rules_for(upstream.status):
             headers = client_response_headers(upstream.headers)
-            headers[REQUEST_ID] = request_id
+            echo_request_id(headers, record)
             response = await relay(request, upstream, headers)
         else:
             response = await answer_upstream_failure(ctx, upstream)

@@ -15,21 +15,47 @@ Two gaps, both in how a connection ends rather than in how a request is forwarde
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from http import HTTPStatus
+from typing import Any
 
-from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
+from yarl import URL
+
+from gateway.logs import Throttled
 
 TOO_MANY_HEADERS = "Too many headers received"
 # How a request target begins (origin, absolute, asterisk form); a header line never does.
 TARGET_STARTS = (b"/", b"*", b"http://", b"https://")
 
 
+MALFORMED = Throttled(logging.getLogger("mendpoint"))
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ExpectHandler = Callable[[web.Request], Awaitable[None]]
+
+
 class GatewayProtocol(RequestHandler):
     """aiohttp's request handler with precise statuses for request heads over the limits."""
 
     __slots__ = ()
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """A request the parser refused is the client's mistake, not the gateway's: one
+        throttled warning line instead of aiohttp's ERROR with a traceback per request."""
+        exc = kw.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            detail = str(exc.message)[:200].encode("unicode_escape").decode("ascii")
+            MALFORMED.warning(
+                "malformed-request",
+                "malformed request refused with %d: %s",
+                head_error_status(exc),
+                detail,
+            )
+            return
+        super().log_exception(*args, **kw)
 
     def handle_error(
         self,
@@ -57,6 +83,52 @@ def head_error_status(exc: BaseException | None) -> int:
     if isinstance(exc, BadHttpMessage) and exc.message == TOO_MANY_HEADERS:
         return 431
     return HTTPStatus.BAD_REQUEST
+
+
+class AsteriskResource(web.AbstractResource):
+    """`OPTIONS *` (RFC 9110 §9.3.7): a question about the server as a whole, in asterisk form.
+
+    aiohttp's router knows only paths that start with "/", so it would answer 404 itself.
+    This resource takes the asterisk target to the catch-all handler, which forwards it to
+    the route for "/" as `OPTIONS *`. Any other method with "*" is not a request at all.
+    """
+
+    def __init__(self, handler: Handler, expect_handler: ExpectHandler) -> None:
+        super().__init__()
+        self._route = web.ResourceRoute(
+            hdrs.METH_OPTIONS, handler, self, expect_handler=expect_handler
+        )
+
+    @property
+    def canonical(self) -> str:
+        return "*"
+
+    def url_for(self, **kwargs: str) -> URL:
+        return URL.build(path="*", encoded=True)
+
+    def add_prefix(self, prefix: str) -> None:
+        raise RuntimeError("the asterisk target cannot be prefixed")
+
+    def get_info(self) -> Any:  # aiohttp types it with a private TypedDict
+        return {"path": "*"}
+
+    def raw_match(self, path: str) -> bool:
+        return path == "*"
+
+    async def resolve(
+        self, request: web.Request
+    ) -> tuple[web.UrlMappingMatchInfo | None, set[str]]:
+        if request.rel_url.path_safe != "*":
+            return None, set()
+        if request.method != hdrs.METH_OPTIONS:
+            return None, {hdrs.METH_OPTIONS}
+        return web.UrlMappingMatchInfo({}, self._route), {hdrs.METH_OPTIONS}
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[web.ResourceRoute]:
+        return iter((self._route,))
 
 
 async def close_after_upgrade_request(request: web.Request, response: web.StreamResponse) -> None:

@@ -57,6 +57,8 @@ class Route:
 
     def upstream_target(self, raw_path: str) -> str:
         """The request target sent upstream, keeping the client's bytes exactly as sent."""
+        if raw_path == "*":
+            return raw_path  # asterisk form names no resource: no base path, no prefix
         if self.spec.strip_prefix and self.spec.prefix != "/":
             raw_path = raw_path[len(self.spec.prefix.rstrip("/")) :]
             if not raw_path.startswith("/"):
@@ -83,6 +85,8 @@ class RouteTable:
         return iter(self._routes)
 
     def find(self, path: str) -> Route | None:
+        if path == "*":  # OPTIONS * asks about the server: the route for "/" answers it
+            path = "/"
         for route in self._routes:
             prefix = route.spec.prefix
             if path.startswith(prefix) and (

@@ -417,21 +417,6 @@ async def test_duplicate_request_id_headers_collapse_to_one(
     assert recorder.seen[0].headers.getall("X-Request-Id") == ["first"]
 
 
-async def test_upstream_request_id_response_header_is_replaced(
-    start_upstream: StartUpstream, start_gateway: StartGateway
-) -> None:
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(text="ok", headers={"X-Request-Id": "upstream-own"})
-
-    app = web.Application()
-    app.router.add_get("/", handler)
-    gateway = await start_gateway(route_config(await start_upstream(app)))
-    async with gateway.session.request(
-        "GET", gateway.url + "/", headers={"X-Request-Id": "mine"}
-    ) as response:
-        assert response.headers.getall("X-Request-Id") == ["mine"]
-
-
 async def test_keepalive_connection_carries_many_requests(
     upstream: tuple[Upstream, str], start_gateway: StartGateway
 ) -> None:
