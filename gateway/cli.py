@@ -12,6 +12,7 @@ import ipaddress
 import json
 import logging
 import os
+import ssl
 import sys
 import urllib.request
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_text, embedded_config, load_catalog, load_config
 from gateway.config.models import DEFAULT_ADMIN, parse_host_port
-from gateway.config.secrets import TOKEN_ENV, TokenError
+from gateway.config.secrets import TOKEN_ENV, TlsError, TokenError, server_tls
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
@@ -172,6 +173,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="accept only requests with `Authorization: Bearer TOKEN` for a token in FILE (one "
         f"per line; overrides {TOKEN_ENV}; docs/security.md)",
+    )
+    resolver.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate")
+    resolver.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert")
+    resolver.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="mutual TLS: require a client certificate signed by this CA",
     )
     resolver.add_argument(
         "--insecure-no-auth",
@@ -381,34 +389,35 @@ def _resolver(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"mendpoint resolver: --listen: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    token_path = args.token_file or os.environ.get(TOKEN_ENV, "").strip() or None
-    tokens = None
-    if token_path is not None:
-        try:
-            tokens = TokenFile(token_path)
-        except TokenError as exc:
-            print(f"mendpoint resolver: token file: {exc}", file=sys.stderr)
-            return EXIT_INVALID
-    elif not _loopback(host) and not args.insecure_no_auth:
-        print(
-            f"mendpoint resolver: refusing to serve {host} without authentication: anyone who "
-            f"can reach it could read the whole catalog. Give --token-file FILE (or "
-            f"{TOKEN_ENV}), listen on a loopback address, or pass --insecure-no-auth "
-            f"(docs/security.md)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    elif not _loopback(host):
+    try:
+        tokens, tls = _resolver_credentials(args)
+    except (TokenError, TlsError) as exc:
+        print(f"mendpoint resolver: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    authenticated = tokens is not None or args.tls_client_ca is not None
+    if not authenticated and not _loopback(host):
+        if not args.insecure_no_auth:
+            print(
+                f"mendpoint resolver: refusing to serve {host} without authentication: anyone "
+                f"who can reach it could read the whole catalog. Give --token-file FILE (or "
+                f"{TOKEN_ENV}) or --tls-client-ca, listen on a loopback address, or pass "
+                f"--insecure-no-auth (docs/security.md)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         logging.getLogger("mendpoint.resolver").warning(
             "serving %s WITHOUT authentication (--insecure-no-auth): anyone who can reach it "
             "can read the whole catalog",
             host,
         )
     service = RecoveryService.build(load_catalog(args.config))
+    needs = [
+        w for w, on in (("bearer token", tokens), ("client certificate", args.tls_client_ca)) if on
+    ]
     print(
         f"mendpoint resolver: catalog {service.catalog.version}, listening on "
-        f"http://{host}:{port}{RESOLVE_PATH}"
-        f"{' (bearer token required)' if tokens is not None else ''}",
+        f"{'https' if tls else 'http'}://{host}:{port}{RESOLVE_PATH}"
+        f"{' (' + ' and '.join(needs) + ' required)' if needs else ''}",
         file=sys.stderr,
         flush=True,
     )
@@ -416,11 +425,28 @@ def _resolver(args: argparse.Namespace) -> int:
         build_resolver_app(service, tokens),
         host=host,
         port=port,
+        ssl_context=tls,
         access_log=None,
         print=None,
         handle_signals=True,
     )
     return EXIT_OK
+
+
+def _resolver_credentials(
+    args: argparse.Namespace,
+) -> tuple[TokenFile | None, ssl.SSLContext | None]:
+    """The token file and TLS context `mendpoint resolver` was given (TokenError, TlsError)."""
+    token_path = args.token_file or os.environ.get(TOKEN_ENV, "").strip() or None
+    tokens = TokenFile(token_path) if token_path is not None else None
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise TlsError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise TlsError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+    tls = None
+    if args.tls_cert is not None:
+        tls = server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
+    return tokens, tls
 
 
 def _loopback(host: str) -> bool:

@@ -7,6 +7,7 @@ command and skill remembers the file, line and path it was written at, for error
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 
 from gateway.config.models import (
@@ -63,6 +64,8 @@ class LoadedConfig:
     packs: list[str] = field(default_factory=list)  # every rule file, in match order
     # Read from `resolver.token_file` (or MENDPOINT_RESOLVER_TOKEN_FILE); never printed.
     resolver_token: str | None = field(default=None, repr=False)
+    # From `resolver.tls`: whom an https:// resolver must be, and the gateway's client cert.
+    resolver_tls: ssl.SSLContext | None = field(default=None, repr=False)
 
     def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
         """The line of a field inside a sourced item, for error messages."""

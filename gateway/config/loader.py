@@ -31,7 +31,7 @@ from gateway.config.models import (
 )
 from gateway.config.salvage import is_inert, salvage
 from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
-from gateway.config.tls import resolve_route_tls
+from gateway.config.tls import resolve_resolver_tls, resolve_route_tls
 from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
 
@@ -162,6 +162,7 @@ def _assemble(
     problems.extend(_add_resolver_token(loaded, doc, base_dir))
     loaded.config, tls_problems = resolve_route_tls(config, doc, base_dir)
     problems.extend(tls_problems)
+    problems.extend(_add_resolver_tls(loaded, doc, base_dir))
     own = RulePack(
         rules=config.rules,
         commands=config.commands,
@@ -352,6 +353,18 @@ def _add_resolver_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> li
         return [Problem(file, line, field, str(exc))]
     loaded.files.append(os.path.abspath(path))
     return []
+
+
+def _add_resolver_tls(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Problem]:
+    """The SSL context for an https:// resolver from `resolver.tls` (the same block a route
+    has); its files join `loaded.files`, so renewed certificates reload the config."""
+    spec = loaded.config.resolver.tls
+    if spec is None:
+        return []
+    context, files, problems = resolve_resolver_tls(spec, doc, base_dir)
+    loaded.resolver_tls = context
+    loaded.files.extend(files)
+    return problems
 
 
 def _read_yaml(path: str) -> YamlDoc:

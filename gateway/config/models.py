@@ -404,11 +404,14 @@ class ResolverSpec(Strict):
     cache_ttl_s: float = Field(default=30, ge=0, le=86_400)
     # The bearer token the remote resolver expects (docs/security.md#resolver-authentication).
     token_file: str | None = Field(default=None, min_length=1)
+    tls: TlsSpec | None = None  # as a route's, for an https:// url (mutual TLS too)
 
     @model_validator(mode="after")
     def _token_needs_url(self) -> ResolverSpec:
         if self.token_file is not None and self.url is None:
             raise ValueError("token_file is only used with url (a remote resolver)")
+        if self.tls is not None and not (self.url or "").startswith("https://"):
+            raise ValueError("tls is only used with an https:// url")
         return self
 
 

@@ -1,4 +1,6 @@
-"""Reading the shared resolver token from a file (docs/security.md#resolver-authentication).
+"""The resolver's credentials: the shared token, and the server side of its (mutual) TLS
+(docs/security.md#resolver-authentication). The gateway's side is `resolver.tls`, the same
+block a route has (gateway.config.tls).
 
 The gateway presents the token to `mendpoint resolver`, which accepts it. Both read it from a
 file (a Kubernetes Secret mounted read-only, say), never from the config or the command line,
@@ -8,6 +10,9 @@ can be rotated without a window of refusals. Messages about a token never quote 
 """
 
 from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
 
 TOKEN_ENV = "MENDPOINT_RESOLVER_TOKEN_FILE"
 MIN_TOKEN_CHARS = 16
@@ -46,3 +51,30 @@ def read_tokens(path: str) -> tuple[str, ...]:
     if not tokens:
         raise TokenError(f"{path} holds no token")
     return tuple(tokens)
+
+
+class TlsError(ValueError):
+    """A certificate, key or CA file that cannot be loaded."""
+
+
+def _loaded(what: str, load: Callable[[], None]) -> None:
+    try:
+        load()
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise TlsError(f"cannot load {what}: {reason}") from None
+
+
+def server_tls(cert_file: str, key_file: str, client_ca: str | None) -> ssl.SSLContext:
+    """The resolver's side: serve `cert_file`; with `client_ca`, require a client certificate
+    that it signed (mutual TLS)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    _loaded(
+        f"--tls-cert/--tls-key {cert_file}", lambda: context.load_cert_chain(cert_file, key_file)
+    )
+    if client_ca is not None:
+        _loaded(
+            f"--tls-client-ca {client_ca}", lambda: context.load_verify_locations(cafile=client_ca)
+        )
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context

@@ -1,4 +1,5 @@
-"""Per-route TLS towards an `https` upstream: the files a route names, and the SSL context.
+"""Per-route TLS towards an `https` upstream (and the same block for an `https` remote
+resolver, `resolver.tls`): the files it names, and the SSL context.
 
 A route's `tls:` block (docs/configuration.md#upstream-tls) may name a CA file to trust
 instead of the system store, a client certificate and key (mTLS), the server name to send and
@@ -44,13 +45,7 @@ def resolve_route_tls(
     for index, route in enumerate(routes):
         if route.tls is None:
             continue
-        spec = route.tls.model_copy(
-            update={
-                key: _absolute(value, base_dir)
-                for key in ("ca_file", "cert_file", "key_file")
-                if (value := getattr(route.tls, key)) is not None
-            }
-        )
+        spec = _with_absolute_paths(route.tls, base_dir)
         try:
             tls_context(spec)
         except (ssl.SSLError, OSError) as exc:
@@ -62,6 +57,29 @@ def resolve_route_tls(
     if changed:
         config = config.model_copy(update={"routes": routes})
     return config, problems
+
+
+def resolve_resolver_tls(
+    spec: TlsSpec, doc: YamlDoc, base_dir: str
+) -> tuple[ssl.SSLContext | None, list[str], list[Problem]]:
+    """`resolver.tls` as a route's `tls`: the SSL context, the files it read, its problems."""
+    spec = _with_absolute_paths(spec, base_dir)
+    files = [path for path in (spec.ca_file, spec.cert_file, spec.key_file) if path is not None]
+    try:
+        return tls_context(spec), files, []
+    except (ssl.SSLError, OSError) as exc:
+        line = doc.line_of(("resolver", "tls"))
+        return None, files, [Problem(doc.file, line, "resolver.tls", _reason(exc))]
+
+
+def _with_absolute_paths(spec: TlsSpec, base_dir: str) -> TlsSpec:
+    return spec.model_copy(
+        update={
+            key: _absolute(value, base_dir)
+            for key in ("ca_file", "cert_file", "key_file")
+            if (value := getattr(spec, key)) is not None
+        }
+    )
 
 
 def _absolute(path: str, base_dir: str) -> str:

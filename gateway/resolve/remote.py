@@ -10,6 +10,7 @@ other: the breaker counts it, and the gateway sends the failure without options.
 from __future__ import annotations
 
 import hashlib
+import ssl
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -117,6 +118,7 @@ class RemoteResolver:
         breaker: CircuitBreaker,
         cache: TTLCache,
         token: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.url = url
         self.timeout_s = timeout_s
@@ -125,6 +127,7 @@ class RemoteResolver:
         self._headers = {"Content-Type": "application/json"}
         if token is not None:
             self._headers["Authorization"] = f"Bearer {token}"
+        self._tls: ssl.SSLContext | bool = tls if tls is not None else True
         self._session: aiohttp.ClientSession | None = None
 
     async def fetch(
@@ -159,6 +162,7 @@ class RemoteResolver:
             data=body.model_dump_json().encode(),
             headers=self._headers,
             allow_redirects=False,
+            ssl=self._tls,
         ) as response:
             if response.status == 401:
                 raise ResolverUnavailable(

@@ -58,12 +58,19 @@ class RecoveryService:
         spec = loaded.config.resolver
         remote = None
         if spec.url is not None:
+            if spec.tls is not None and spec.tls.insecure:
+                log.warning(
+                    "resolver %s: TLS certificates are NOT verified (resolver.tls.insecure: "
+                    "true); anyone on the path can answer for it",
+                    spec.url,
+                )
             remote = RemoteResolver(
                 spec.url,
                 timeout_s=spec.budget_ms / 1000,
                 breaker=CircuitBreaker(spec.breaker_failures, spec.breaker_cooldown_s),
                 cache=TTLCache(spec.cache_size, spec.cache_ttl_s),
                 token=loaded.resolver_token,
+                tls=loaded.resolver_tls,
             )
         catalog = Catalog.build(loaded.skills, loaded.policies)
         return cls(catalog, spec.max_options, remote)

@@ -11,21 +11,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import trustme
 
 from gateway.cli import main
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
 from gateway.config.secrets import TOKEN_ENV
-from tests.support.gateway import StartGateway, StartUpstream, free_port
+from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, free_port
 from tests.support.paths import REPO
 from tests.support.recovery import CSV_RULE, csv_failing_upstream
 
@@ -74,18 +78,19 @@ async def resolver(
         env={**os.environ, **(env or {})},
         stderr=asyncio.subprocess.PIPE,
     )
-    base = f"http://127.0.0.1:{port}"
+    scheme = "https" if "--tls-cert" in args else "http"
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(200):
-                with contextlib.suppress(aiohttp.ClientConnectionError):
-                    async with session.get(base + "/healthz") as ready:
-                        if ready.status == 200:
-                            break
+        for _ in range(200):  # ready once it accepts connections (or it has exited)
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
                 if process.returncode is not None:
                     break
                 await asyncio.sleep(0.05)
-        yield base, process
+                continue
+            writer.close()
+            break
+        yield f"{scheme}://127.0.0.1:{port}", process
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
@@ -187,10 +192,15 @@ def test_an_unusable_token_file_stops_the_resolver(
 # --- the gateway side -------------------------------------------------------------------
 
 
-def gateway_config(upstream: str, resolver_url: str, token_file: str) -> dict[str, Any]:
+def gateway_config(
+    upstream: str, resolver_url: str, token_file: str | None, **resolver: Any
+) -> dict[str, Any]:
+    spec = {"url": resolver_url + "/v1/resolve", **resolver}
+    if token_file is not None:
+        spec["token_file"] = token_file
     return {
         "routes": [{"name": "data", "upstream": upstream, "mode": "envelope"}],
-        "resolver": {"url": resolver_url + "/v1/resolve", "token_file": token_file},
+        "resolver": spec,
         "rules": [CSV_RULE],
     }
 
@@ -235,3 +245,113 @@ def test_token_file_problems_name_file_line_and_field(tmp_path: Path, monkeypatc
     monkeypatch.setenv(TOKEN_ENV, str(tmp_path / "nope"))
     with pytest.raises(ConfigError, match=rf"{TOKEN_ENV}: cannot read"):
         load_config(str(config))
+
+
+# --- mutual TLS ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A throwaway CA (trustme), the resolver's certificate for 127.0.0.1 and a gateway's."""
+
+    ca: str
+    server_cert: str
+    server_key: str
+    client: str  # certificate and key in one file
+
+
+def make_pki(root: Path) -> Pki:
+    root.mkdir()
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    client = ca.issue_cert("gateway.mendpoint.test")
+    files = Pki(*(str(root / n) for n in ("ca.pem", "server.pem", "server.key", "client.pem")))
+    ca.cert_pem.write_to_path(files.ca)
+    server.cert_chain_pems[0].write_to_path(files.server_cert)
+    server.private_key_pem.write_to_path(files.server_key)
+    client.private_key_and_cert_chain_pem.write_to_path(files.client)
+    return files
+
+
+async def options_through(gateway: RunningGateway) -> list[str]:
+    async with gateway.session.post(gateway.url + "/v1/csv") as response:
+        body = json.loads(await response.read())
+    assert response.status == 400
+    return [o["skill_name"] for o in body["recovery"]["options"]]
+
+
+async def test_mutual_tls_admits_only_gateways_with_a_client_certificate(
+    tmp_path: Path, start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    pki = make_pki(tmp_path / "pki")
+    upstream = await start_upstream(csv_failing_upstream())
+    tls_args = ("--tls-cert", pki.server_cert, "--tls-key", pki.server_key)
+    args = (*tls_args, "--tls-client-ca", pki.ca)
+    async with resolver(tmp_path, *args, listen="0.0.0.0") as (base, process):
+        assert process.returncode is None  # a client CA authenticates: no token needed
+        mutual = {"ca_file": pki.ca, "cert_file": pki.client}
+        with_cert = await start_gateway(gateway_config(upstream, base, None, tls=mutual))
+        without = await start_gateway(gateway_config(upstream, base, None, tls={"ca_file": pki.ca}))
+        assert await options_through(with_cert) == ["schema.infer_csv_schema"]
+        assert await options_through(without) == []
+        context = ssl.create_default_context(cafile=pki.ca)
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.ClientError):  # the handshake itself is refused
+                async with session.post(base + "/v1/resolve", json=REQUEST, ssl=context):
+                    pass
+
+
+async def test_tls_and_a_token_together(
+    tmp_path: Path,
+    start_upstream: StartUpstream,
+    start_gateway: StartGateway,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pki = make_pki(tmp_path / "pki")
+    upstream = await start_upstream(csv_failing_upstream())
+    token_file = write(tmp_path / "token", TOKEN)
+    tls_args = ("--tls-cert", pki.server_cert, "--tls-key", pki.server_key)
+    async with resolver(tmp_path, *tls_args, "--token-file", token_file) as (base, _):
+        verified = {"ca_file": pki.ca}
+        gateway = await start_gateway(gateway_config(upstream, base, token_file, tls=verified))
+        untrusting = await start_gateway(gateway_config(upstream, base, token_file))
+        with caplog.at_level(logging.WARNING, logger="mendpoint.resolve"):
+            insecure = await start_gateway(
+                gateway_config(upstream, base, token_file, tls={"insecure": True})
+            )
+        assert await options_through(gateway) == ["schema.infer_csv_schema"]
+        assert await options_through(untrusting) == []  # the test CA is not in the system store
+        assert await options_through(insecure) == ["schema.infer_csv_schema"]
+        assert any("NOT verified" in r.getMessage() for r in caplog.records)
+
+
+def test_tls_problems_name_file_line_and_field(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    head = "routes:\n  - {name: api, upstream: 'http://127.0.0.1:9'}\nresolver:\n"
+    cases = {
+        "  url: http://127.0.0.1:8090/v1/resolve\n  tls: {ca_file: ca.pem}\n": (
+            "tls is only used with an https:// url"
+        ),
+        "  url: https://127.0.0.1:8090/v1/resolve\n  tls: {key_file: k.pem}\n": (
+            "key_file needs cert_file"
+        ),
+        "  url: https://127.0.0.1:8090/v1/resolve\n  tls: {ca_file: nope.pem}\n": (
+            "gateway.yaml:5: resolver.tls: cannot read a TLS file"
+        ),
+    }
+    for text, message in cases.items():
+        config.write_text(head + text)
+        with pytest.raises(ConfigError) as caught:
+            load_config(str(config))
+        assert message in str(caught.value)
+
+
+def test_resolver_tls_flags_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = write(tmp_path / "catalog.yaml", CATALOG)
+    base = ["resolver", "--config", catalog]
+    assert main([*base, "--tls-cert", "c.pem"]) == 1
+    assert "--tls-cert and --tls-key go together" in capsys.readouterr().err
+    assert main([*base, "--tls-client-ca", "ca.pem"]) == 1
+    assert "needs --tls-cert" in capsys.readouterr().err
+    assert main([*base, "--tls-cert", "c.pem", "--tls-key", "k.pem"]) == 1
+    assert "cannot load --tls-cert/--tls-key c.pem" in capsys.readouterr().err
