@@ -5,10 +5,12 @@ This is how a team exposes a local tool server to remote agents with upgraded er
 process each) and the answer names it; later requests are routed by that id; DELETE ends it.
 
 A POST's requests are written to the child as lines (batches one message a line, since stdio
-servers read single messages); the POST then waits for the responses with those ids. It is
-answered as `text/event-stream` when the client accepts it, so the server's own requests and
-notifications made while the call runs (progress, logging, sampling) reach the client on the
-same stream; otherwise as one `application/json` body. Server messages with no POST stream open
+servers read single messages); the POST then waits for the responses with those ids. A single
+request whose answer is the first thing the server sends is answered as one `application/json`
+body (no SSE event size cap applies); when the server sends its own requests and notifications
+while the call runs (progress, logging, sampling) and the client accepts `text/event-stream`,
+the answer becomes a stream carrying them and then the response; a client that accepts only
+JSON gets one body. Server messages with no POST stream open
 go to the session's GET stream, or are dropped when there is none. Responses are upgraded like
 on every other transport (`rewrite_payload`, under the POST's own mode and caller); every other
 message is the server's line byte for byte. Not supported: resuming a stream (`Last-Event-ID`;
@@ -143,7 +145,7 @@ async def _exchange(
     try:
         await session.send(lines)
         if stream:
-            return await answer.stream(request)
+            return await answer.stream(request, isinstance(message, list))
         return await answer.json(isinstance(message, list))
     finally:
         session.forget(waiter)
@@ -161,31 +163,46 @@ class _Answer:
 
     async def _payloads(self) -> AsyncIterator[tuple[bytes, list[tuple[str, str]]]]:
         exchange = HttpExchange(self.ctx)
-        async for line in self.waiter.lines():
+        async for line, message in self.waiter.lines():
             payload = line.rstrip(b"\r\n")
-            new, headers = await rewrite_payload(payload, self.tracker, self.upgrader, exchange)
+            new, headers = await rewrite_payload(
+                payload, self.tracker, self.upgrader, exchange, message
+            )
             yield (payload if new is None else new), headers
 
-    async def stream(self, request: web.Request) -> web.StreamResponse:
+    async def stream(self, request: web.Request, batch: bool) -> web.StreamResponse:
+        """An event stream, unless the first thing to send is the one answer of a single
+        request: then one JSON body, which every revision allows and no client caps at an
+        SSE event size (the Python SDK refuses events over 1 MiB). Server messages sent
+        while the call runs (progress, logging, sampling) open the stream instead."""
+        payloads = self._payloads()
+        first = await anext(payloads, None)
+        if first is None or (not batch and self.waiter.answered()):
+            return self._json_body([] if first is None else [first], batch)
         headers = _headers(self.session, self.ctx)
         headers["Content-Type"] = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
         response = web.StreamResponse(status=200, headers=headers)
         await response.prepare(request)
-        async for payload, _ in self._payloads():
+        await response.write(_event(first[0]))
+        async for payload, _ in payloads:
             await response.write(_event(payload))
         await response.write_eof()
         return response
 
     async def json(self, batch: bool) -> web.Response:
+        return self._json_body([item async for item in self._payloads()], batch)
+
+    def _json_body(
+        self, items: list[tuple[bytes, list[tuple[str, str]]]], batch: bool
+    ) -> web.Response:
         headers = _headers(self.session, self.ctx)
         headers["Content-Type"] = "application/json"
-        payloads: list[bytes] = []
-        async for payload, advisory in self._payloads():
-            payloads.append(payload)
+        for _, advisory in items:
             if advisory and not any(name in headers for name, _ in advisory):
                 headers.extend(advisory)
-        body = b"[" + b",".join(payloads) + b"]" if batch else payloads[0]
+        payloads = [payload for payload, _ in items]
+        body = b"[" + b",".join(payloads) + b"]" if batch or not payloads else payloads[0]
         return web.Response(status=200, body=body, headers=headers)
 
 

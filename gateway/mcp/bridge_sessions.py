@@ -50,13 +50,18 @@ class Waiter:
 
     outstanding: dict[RequestKey, str]
     stream: bool
-    queue: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
+    # Each line with the message it holds: the pump parsed it once, nobody parses it again.
+    queue: asyncio.Queue[tuple[bytes, Any]] = field(default_factory=asyncio.Queue)
 
-    def deliver(self, key: RequestKey, line: bytes) -> None:
+    def deliver(self, key: RequestKey, line: bytes, message: Any) -> None:
         self.outstanding.pop(key, None)
-        self.queue.put_nowait(line)
+        self.queue.put_nowait((line, message))
 
-    async def lines(self) -> AsyncIterator[bytes]:
+    def answered(self) -> bool:
+        """Every request has its response and nothing is left to read."""
+        return not self.outstanding and self.queue.empty()
+
+    async def lines(self) -> AsyncIterator[tuple[bytes, Any]]:
         """Lines in arrival order until every request of this POST has its response."""
         while self.outstanding or not self.queue.empty():
             yield await self.queue.get()
@@ -196,7 +201,7 @@ class BridgeSession:
         if waiter is not None and key is not None:
             method = waiter.outstanding.get(key, "the request")
             error = too_large(key[1], method, line.size, self.child.limit)
-            waiter.deliver(key, (encode(error) or b"") + b"\n")
+            waiter.deliver(key, (encode(error) or b"") + b"\n", error)
 
     def _dispatch(self, line: bytes) -> None:
         message = parse_message(line)
@@ -207,12 +212,12 @@ class BridgeSession:
         if key is not None:
             waiter = self._waiting.pop(key, None)
             if waiter is not None:
-                waiter.deliver(key, line)
+                waiter.deliver(key, line, message)
             return
         # A request or notification of the server's own: the newest POST stream is most
         # likely the call it belongs to (progress, logging, sampling); else the GET stream.
         if self._streams:
-            self._streams[-1].queue.put_nowait(line)
+            self._streams[-1].queue.put_nowait((line, message))
         elif self._listener is not None:
             self._listener.put_nowait(line)
         else:
@@ -284,7 +289,8 @@ class Bridges:
 
 def _answer_gone(waiter: Waiter) -> None:
     for key, method in list(waiter.outstanding.items()):
-        waiter.deliver(key, (encode(server_gone(key[1], method)) or b"") + b"\n")
+        gone = server_gone(key[1], method)
+        waiter.deliver(key, (encode(gone) or b"") + b"\n", gone)
 
 
 def _response_key(message: Any) -> RequestKey | None:

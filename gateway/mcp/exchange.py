@@ -78,13 +78,24 @@ class Tracker:
         return found or shared
 
 
+UNPARSED: Any = object()
+
+
 async def rewrite_payload(
-    raw: bytes, tracker: Tracker, upgrader: Upgrader, exchange: Exchange
+    raw: bytes,
+    tracker: Tracker,
+    upgrader: Upgrader,
+    exchange: Exchange,
+    message: Any = UNPARSED,
 ) -> tuple[bytes | None, list[tuple[str, str]]]:
-    """A JSON-RPC message (or batch) with tracked responses upgraded; None when unchanged."""
+    """A JSON-RPC message (or batch) with tracked responses upgraded; None when unchanged.
+
+    `message`: `raw` already parsed (the bridge parses each child line once, to route it).
+    """
     if not may_be_response(raw):
         return None, []
-    message = parse_message(raw)
+    if message is UNPARSED:
+        message = parse_message(raw)
     batch = message if isinstance(message, list) else [message]
     pendings = [tracker.pop(item) for item in batch]
     if not any(pendings) or not may_need_rewrite(raw):

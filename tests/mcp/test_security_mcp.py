@@ -188,8 +188,10 @@ class Harness:
             for message in messages:
                 async with self.http.post(url, json=message, headers=headers) as response:
                     body = await response.read()
+                    # A single answer is JSON even when the client accepts a stream.
+                    streamed = response.content_type == "text/event-stream"
                 if "id" in message:
-                    found.update(responses_by_id(sse_payloads(body) if sse else [body]))
+                    found.update(responses_by_id(sse_payloads(body) if streamed else [body]))
         finally:
             await self.http.delete(url, headers=headers)
         return found
