@@ -26,6 +26,7 @@ from tests.support.paths import PACKAGE
 LAYERS = {
     "gateway": 0,
     "gateway.failure": 0,
+    "gateway.header_names": 0,
     "gateway.observe": 0,
     "gateway.streams": 0,
     "gateway.logs": 0,
@@ -45,8 +46,8 @@ LAYERS = {
     "gateway.handler": 6,
     "gateway.explain": 6,
     "gateway.fixtures": 6,
-    "gateway.retrofit": 6,
     "gateway.schema": 6,
+    "gateway.retrofit": 6,
     "gateway.admin": 6,
     "gateway.app": 7,
     "gateway.workers": 8,
@@ -210,3 +211,57 @@ def test_test_modules_import_only_the_support_package(path: Path) -> None:
         and not node.module.startswith(("tests.support", "tests.frameworks"))
     }
     assert test_imports == set()
+
+
+HEADER_NAMES = {"x-request-id", "mcp-session-id"}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_header_names_are_spelled_only_in_header_names(path: Path) -> None:
+    """One meaning per name: every module uses `gateway.header_names`, none spells its own."""
+    if module_name(path) == "gateway.header_names":
+        return
+    spelled = {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.lower() in HEADER_NAMES
+    }
+    assert spelled == set(), "import it from gateway.header_names"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_jsonrpc_errors_are_built_only_in_rpc_errors(path: Path) -> None:
+    """A dict literal with both "jsonrpc" and "error" keys, or a literal JSON text holding
+    both, is a JSON-RPC error being built."""
+    if module_name(path) == "gateway.mcp.rpc_errors":
+        return
+    built = [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text()))
+        if (
+            isinstance(node, ast.Dict)
+            and {"jsonrpc", "error"}
+            <= {
+                k.value
+                for k in node.keys
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            }
+        )
+        or (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str | bytes)
+            and _json_error_text(node.value)
+        )
+    ]
+    assert built == [], "build it with gateway.mcp.rpc_errors"
+
+
+def _string_keys(node: ast.Dict) -> set[str]:
+    return {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
+def _json_error_text(value: str | bytes) -> bool:
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    return '"jsonrpc"' in text and '"error"' in text

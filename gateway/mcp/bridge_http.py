@@ -28,8 +28,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.envelope import dump
 from gateway.failure import TransportKind
+from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp.bridge_sessions import Bridges, BridgeSession, SessionsFull, Waiter
 from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
@@ -40,24 +40,19 @@ from gateway.mcp.jsonrpc import (
     request_key,
     requests_in,
 )
+from gateway.mcp.rpc_errors import PARSE_ERROR, SERVER_ERROR, SESSION_NOT_FOUND, rpc_refusal
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_path import answer_transport_failure
 
 log = logging.getLogger("mendpoint.mcp")
 
-SESSION_HEADER = "Mcp-Session-Id"
-REQUEST_ID = "X-Request-Id"
-PARSE_ERROR = -32700
-BAD_REQUEST = -32000
-SESSION_NOT_FOUND = -32001
-
 
 async def serve_bridge(
     request: web.Request, ctx: RequestContext, body: bytes, bridges: Bridges, upgrader: Upgrader
 ) -> web.StreamResponse:
     """Serve one Streamable HTTP request of a bridge route."""
-    session_id = request.headers.get(SESSION_HEADER)
+    session_id = request.headers.get(MCP_SESSION_ID)
     if request.method == "POST":
         return await _post(request, ctx, body, session_id, bridges, upgrader)
     if request.method not in ("GET", "DELETE"):
@@ -65,7 +60,9 @@ async def serve_bridge(
             status=405, headers={"Allow": "GET, POST, DELETE", REQUEST_ID: ctx.request_id}
         )
     if not session_id:
-        return _rpc_error(400, BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required", ctx)
+        return rpc_refusal(
+            400, SERVER_ERROR, "Bad Request: Mcp-Session-Id header is required", ctx.request_id
+        )
     session = bridges.get(session_id, ctx.route.spec.name)
     if session is None:
         return await _elsewhere(request, ctx, body, session_id, bridges)
@@ -86,20 +83,26 @@ async def _post(
     message = parse_message(body) if body else None
     lines = _lines(body, message)
     if lines is None or not isinstance(message, dict | list) or message == []:
-        return _rpc_error(400, PARSE_ERROR, "Parse error: the body is not a JSON-RPC message", ctx)
+        return rpc_refusal(
+            400, PARSE_ERROR, "Parse error: the body is not a JSON-RPC message", ctx.request_id
+        )
     if session_id:
         session = bridges.get(session_id, ctx.route.spec.name)
         if session is None:
             return await _elsewhere(request, ctx, body, session_id, bridges)
     elif not _starts_session(message):
-        return _rpc_error(400, BAD_REQUEST, "Bad Request: Mcp-Session-Id header is required", ctx)
+        return rpc_refusal(
+            400, SERVER_ERROR, "Bad Request: Mcp-Session-Id header is required", ctx.request_id
+        )
     else:
         try:
             session = await bridges.open(
                 ctx.route.spec, ctx.state.loaded.config.mcp.max_message_bytes
             )
         except SessionsFull:
-            response = _rpc_error(503, BAD_REQUEST, "Too many MCP sessions on this route", ctx)
+            response = rpc_refusal(
+                503, SERVER_ERROR, "Too many MCP sessions on this route", ctx.request_id
+            )
             response.headers["Retry-After"] = "1"
             return response
         except OSError as exc:
@@ -120,7 +123,7 @@ async def _elsewhere(
     """A session this process does not hold: the worker that does answers, else 404."""
     owner = bridges.owners.socket_for(session_id)
     if owner is None:
-        return _rpc_error(404, SESSION_NOT_FOUND, "Session not found", ctx)
+        return rpc_refusal(404, SESSION_NOT_FOUND, "Session not found", ctx.request_id)
     return await bridges.owners.relay(request, body, owner, ctx.request_id)
 
 
@@ -211,12 +214,17 @@ async def _listen(
 ) -> web.StreamResponse:
     """The GET stream: the server's messages sent while no POST stream is open."""
     if "text/event-stream" not in request.headers.get("Accept", "").lower():
-        return _rpc_error(
-            406, BAD_REQUEST, "Not Acceptable: the client must accept text/event-stream", ctx
+        return rpc_refusal(
+            406,
+            SERVER_ERROR,
+            "Not Acceptable: the client must accept text/event-stream",
+            ctx.request_id,
         )
     queue = session.listen()
     if queue is None:
-        return _rpc_error(409, BAD_REQUEST, "Conflict: only one GET stream per session", ctx)
+        return rpc_refusal(
+            409, SERVER_ERROR, "Conflict: only one GET stream per session", ctx.request_id
+        )
     headers = _headers(session, ctx)
     headers["Content-Type"] = "text/event-stream"
     headers["Cache-Control"] = "no-cache"
@@ -262,17 +270,7 @@ def _event(payload: bytes) -> bytes:
 
 
 def _headers(session: BridgeSession, ctx: RequestContext) -> CIMultiDict[str]:
-    return CIMultiDict({SESSION_HEADER: session.id, REQUEST_ID: ctx.request_id})
-
-
-def _rpc_error(status: int, code: int, message: str, ctx: RequestContext) -> web.Response:
-    """A refusal in the shape MCP clients parse: a JSON-RPC error with no id."""
-    error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
-    return web.Response(
-        status=status,
-        body=dump(error),
-        headers={"Content-Type": "application/json", REQUEST_ID: ctx.request_id},
-    )
+    return CIMultiDict({MCP_SESSION_ID: session.id, REQUEST_ID: ctx.request_id})
 
 
 __all__ = ["serve_bridge"]

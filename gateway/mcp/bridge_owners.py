@@ -22,13 +22,15 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.header_names import REQUEST_ID
+from gateway.mcp.rpc_errors import SESSION_NOT_FOUND, rpc_refusal
+
 log = logging.getLogger("mendpoint.mcp")
 
 BRIDGE_NS_ENV = "MENDPOINT_BRIDGE_NS"
 OWNER_TAG = secrets.token_hex(4)
 """This process's tag: the first part of every session id it mints."""
 
-REQUEST_ID = "X-Request-Id"
 # Hop-by-hop and framing headers: the relay frames each leg itself.
 _NOT_RELAYED = frozenset(
     {
@@ -128,9 +130,4 @@ class Owners:
 
 
 def _gone(request_id: str) -> web.Response:
-    body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}'
-    return web.Response(
-        status=404,
-        body=body,
-        headers={"Content-Type": "application/json", REQUEST_ID: request_id},
-    )
+    return rpc_refusal(404, SESSION_NOT_FOUND, "Session not found", request_id)

@@ -25,15 +25,9 @@ from typing import Any
 from gateway.config.models import RouteSpec
 from gateway.mcp.bridge_owners import Owners, new_session_id
 from gateway.mcp.child import Child
-from gateway.mcp.jsonrpc import (
-    RequestKey,
-    encode,
-    parse_message,
-    request_key,
-    server_gone,
-    too_large,
-)
+from gateway.mcp.jsonrpc import RequestKey, encode, parse_message, request_key
 from gateway.mcp.lines import Overlong, overlong_id
+from gateway.mcp.rpc_errors import server_gone, too_large
 
 log = logging.getLogger("mendpoint.mcp")
 

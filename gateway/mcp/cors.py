@@ -16,7 +16,8 @@ from __future__ import annotations
 from aiohttp import web
 from multidict import CIMultiDict
 
-REQUEST_ID = "X-Request-Id"
+from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
+
 ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
 ALLOW_HEADERS = (
     "Accept",
@@ -26,13 +27,19 @@ ALLOW_HEADERS = (
     "Mcp-Method",
     "Mcp-Name",
     "Mcp-Protocol-Version",
-    "Mcp-Session-Id",
+    MCP_SESSION_ID,
     "X-Error-Format",
-    "X-Request-Id",
+    REQUEST_ID,
 )
-EXPOSE_HEADERS = (
-    "Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID, WWW-Authenticate, X-Request-Id, "
-    "Retry-After"
+EXPOSE_HEADERS = ", ".join(
+    (
+        MCP_SESSION_ID,
+        "Mcp-Protocol-Version",
+        "Last-Event-ID",
+        "WWW-Authenticate",
+        REQUEST_ID,
+        "Retry-After",
+    )
 )
 MAX_AGE_S = "600"
 

@@ -17,7 +17,7 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.envelope import dump
+from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp import cors, oauth
 from gateway.mcp.bridge_http import serve_bridge
 from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
@@ -27,6 +27,7 @@ from gateway.mcp.jsonrpc import (
     requests_in,
 )
 from gateway.mcp.origin import refusal
+from gateway.mcp.rpc_errors import SERVER_ERROR, rpc_refusal
 from gateway.mcp.runtime import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
@@ -34,6 +35,7 @@ from gateway.proxy.aiohttp_private import RelayResponse
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_path import BODY_BOUND_HEADERS, answer_transport_failure
+from gateway.proxy.forward import plain
 from gateway.proxy.headers import (
     client_response_headers,
     upstream_request_headers,
@@ -46,9 +48,6 @@ from gateway.streams import read_capped
 
 log = logging.getLogger("mendpoint.mcp")
 
-SESSION_HEADER = "Mcp-Session-Id"
-REQUEST_ID = "X-Request-Id"
-
 
 async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> web.StreamResponse:
     """Serve one Streamable HTTP request of an MCP route (an upstream URL, or the bridge)."""
@@ -56,12 +55,12 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
     origin = request.headers.get("Origin")
     why = refusal(origin, request.headers.get("Host"), spec)
     if why is not None:
-        return _plain(403, why, ctx.request_id)
+        return plain(403, why, ctx.request_id)
     if origin is not None:  # a browser, on an origin this route lets in
         if cors.is_preflight(request):
             return cors.preflight(request, origin, ctx.request_id)
         cors.allow(request, origin)
-    if not _session_id_valid(request.headers.getall(SESSION_HEADER, [])):
+    if not _session_id_valid(request.headers.getall(MCP_SESSION_ID, [])):
         return _bad_session_id(ctx.request_id)
     runtime = request.app[MCP_RUNTIME]
     limits = ctx.state.loaded.config.limits
@@ -71,14 +70,14 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
             async with asyncio.timeout(limits.request_body_timeout_s):
                 body, whole = await read_capped(request.content, limits.max_request_body_bytes)
         except TimeoutError:
-            return _plain(408, "Request body not received in time", ctx.request_id)
+            return plain(408, "Request body not received in time", ctx.request_id)
         if not whole:
-            return _plain(413, "Request body too large", ctx.request_id)
+            return plain(413, "Request body too large", ctx.request_id)
     if spec.command is not None:
         state = ctx.state
         upgrader = runtime.upgrader(state, state.loaded, state.classifier, state.recovery)
         return await serve_bridge(request, ctx, body, runtime.bridges, upgrader)
-    session_id = request.headers.get(SESSION_HEADER)
+    session_id = request.headers.get(MCP_SESSION_ID)
     settings = ctx.state.loaded.config.mcp
     local = RequestTable(settings.max_tracked_requests)
     shared = (
@@ -231,16 +230,7 @@ def _session_id_valid(values: list[str]) -> bool:
 def _bad_session_id(request_id: str) -> web.Response:
     """400 before anything reaches the server, as a JSON-RPC error with no id."""
     message = "Bad Request: Mcp-Session-Id must be one value of visible ASCII characters"
-    error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}
-    return web.Response(
-        status=400,
-        body=dump(error),
-        headers={"Content-Type": "application/json", REQUEST_ID: request_id},
-    )
-
-
-def _plain(status: int, text: str, request_id: str) -> web.Response:
-    return web.Response(status=status, text=text + "\n", headers={REQUEST_ID: request_id})
+    return rpc_refusal(400, SERVER_ERROR, message, request_id)
 
 
 __all__ = ["handle_mcp"]

@@ -18,10 +18,6 @@ from typing import Any
 RequestKey = tuple[bool, str | int]
 """A JSON-RPC id made hashable without letting `1` and `"1"` collide."""
 
-SERVER_GONE = -32000
-"""The error code of the answers a relay makes up: the server died first, or its answer
-passed the message limit."""
-
 # Responses to these carry the session's contract, never a failure to upgrade (docs/mcp.md).
 UNTOUCHED_METHODS = frozenset({"initialize", "server/discover"})
 
@@ -56,34 +52,6 @@ def requests_in(message: Any) -> Iterator[tuple[RequestKey, Pending]]:
             name = params.get("name")
             tool = name if isinstance(name, str) else None
         yield key, Pending(method, tool)
-
-
-def server_gone(request_id: Any, method: str) -> dict[str, Any]:
-    """The answer to a request whose server exited first: a client waiting on it is released."""
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {
-            "code": SERVER_GONE,
-            "message": f"The MCP server exited before answering {method}",
-        },
-    }
-
-
-def too_large(request_id: Any, method: str, size: int, limit: int) -> dict[str, Any]:
-    """The answer to a request whose response passed the relay's message limit."""
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {
-            "code": SERVER_GONE,
-            "message": (
-                f"The MCP server's answer to {method} ({size} bytes) is over the gateway's "
-                f"message limit (mcp.max_message_bytes: {limit})"
-            ),
-            "data": {"size": size, "max_message_bytes": limit},
-        },
-    }
 
 
 def parse_message(raw: bytes | str) -> Any:

@@ -43,9 +43,9 @@ from gateway.mcp.jsonrpc import (
     parse_message,
     request_key,
     requests_in,
-    server_gone,
 )
 from gateway.mcp.lines import Overlong, overlong_id, read_line
+from gateway.mcp.rpc_errors import server_gone
 from gateway.mcp.runtime import build_upgrader
 from gateway.mcp.upgrade import Upgrader
 from gateway.resolve.callers import ANONYMOUS, Caller

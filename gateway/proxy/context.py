@@ -19,6 +19,7 @@ from multidict import CIMultiDict
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
 from gateway.failure import Mode
+from gateway.header_names import REQUEST_ID
 from gateway.logs import AccessRecord
 from gateway.observe import FALLBACKS, FallbackReason
 from gateway.proxy.client import ResponseDeadline
@@ -27,8 +28,6 @@ from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
 from gateway.proxy.state import GatewayState
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
-
-REQUEST_ID = "X-Request-Id"
 
 
 @dataclass

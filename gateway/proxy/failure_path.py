@@ -21,6 +21,7 @@ from gateway.classify import Observation
 from gateway.classify.rules import CompiledRule
 from gateway.envelope import Exchange, Rendering, render
 from gateway.failure import Failure, Mode, Recovery, TransportKind
+from gateway.header_names import REQUEST_ID
 from gateway.observe import (
     ENVELOPES,
     FAILURES,
@@ -30,7 +31,7 @@ from gateway.observe import (
 )
 from gateway.proxy.body import decoded_for_matching
 from gateway.proxy.client import UpstreamResponse
-from gateway.proxy.context import REQUEST_ID, RequestContext, echo_request_id
+from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay
 from gateway.proxy.state import CAPTURES, SIGNATURES

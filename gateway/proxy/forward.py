@@ -16,10 +16,11 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.failure import TransportKind
+from gateway.header_names import REQUEST_ID
 from gateway.observe import observe_upstream
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.proxy.client import ResponseDeadline
-from gateway.proxy.context import REQUEST_ID, RequestContext, echo_request_id
+from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.failure_path import (
     answer_transport_failure,
     answer_upstream_failure,

@@ -16,6 +16,8 @@ import re
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from gateway.header_names import REQUEST_ID
+
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -33,7 +35,7 @@ HOP_BY_HOP = frozenset(
 )
 VIA = "1.1 mendpoint"
 REPLACED_ON_REQUEST = frozenset(
-    {"host", "x-forwarded-host", "x-forwarded-proto", "forwarded", "x-request-id"}
+    {"host", "x-forwarded-host", "x-forwarded-proto", "forwarded", REQUEST_ID.lower()}
 )
 # Claims about the original client that only a trusted proxy may make and the gateway does
 # not set itself: passed from a trusted proxy, dropped from anyone else.
@@ -64,7 +66,7 @@ def connection_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> froze
 # Precomputed once: the success path filters every header of every request against these.
 DROPPED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST | TRUSTED_ONLY
 # From a trusted proxy only what describes this hop is replaced; its forwarding headers stay.
-DROPPED_FROM_TRUSTED = HOP_BY_HOP | {"host", "x-request-id"}
+DROPPED_FROM_TRUSTED = HOP_BY_HOP | {"host", REQUEST_ID.lower()}
 
 
 # `Connection` values that name no other header; nearly every message carries one of these.
@@ -123,7 +125,7 @@ def upstream_request_headers(
         headers["X-Forwarded-Proto"] = scheme
         headers["Forwarded"] = element
     headers.add("Via", VIA)
-    headers["X-Request-Id"] = request_id
+    headers[REQUEST_ID] = request_id
     return headers
 
 

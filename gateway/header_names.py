@@ -1,0 +1,18 @@
+"""The names of the headers the gateway itself reads or writes, each defined once.
+
+Low in the layering (it imports nothing) so the HTTP data path, the MCP relays and the
+bridge all use the same spelling. Header names are case-insensitive on the wire; where a
+lower-case form is needed (the hygiene sets of `proxy/headers.py`) it is derived from these.
+"""
+
+from __future__ import annotations
+
+REQUEST_ID = "X-Request-Id"
+"""The request id: taken from the client when it is a sane token, else made; sent upstream
+and back to the client, and written into every envelope and log line."""
+
+MCP_SESSION_ID = "Mcp-Session-Id"
+"""The MCP Streamable HTTP session: relayed as sent on an upstream route; on a bridge route,
+the id of the bridge session (and its child process) that answers."""
+
+__all__ = ["MCP_SESSION_ID", "REQUEST_ID"]
