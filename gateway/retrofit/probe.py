@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any
 
+from gateway.header_names import REQUEST_ID
+
 MAX_BODY = 64 << 10
 
 
@@ -80,6 +82,6 @@ def recognise(path: str, status: int, headers: Message, body: bytes) -> Probe:
         found("flask", f"Server: {server} (Werkzeug)")
     if "wsgiserver" in server.lower() or ("<title>Not Found</title>" in text and "Django" in text):
         found("django", f"Server: {server} (Django)")
-    if "phusion" in server.lower() or ("x-request-id" in headers and "x-runtime" in headers):
+    if "phusion" in server.lower() or (REQUEST_ID.lower() in headers and "x-runtime" in headers):
         found("rails", "X-Runtime / Passenger (Rails)")
     return Probe(path, status, tuple(stacks), "; ".join(evidence), dict(headers.items()))
