@@ -1,4 +1,5 @@
-"""The message of an HTML error page: its heading and first paragraph, never its source.
+"""The message of an HTML or plain-text error page: its heading and first paragraph (or its
+first line), never its source.
 
 Flask, Django and Express answer errors with HTML by default. The page's `<h1>` (else
 `<title>`) says what failed and its first `<p>` or `<pre>` says why; scripts, styles and
@@ -50,6 +51,24 @@ def looks_like_html(content_type: str, text: str) -> bool:
         return True
     start = text[:64].lstrip().lower()
     return start.startswith(("<!doctype html", "<html"))
+
+
+def looks_like_plain_text(content_type: str, text: str) -> bool:
+    """A text body with no markup: `text/plain`, an `html` type holding no tag (Express's
+    `res.send("…")`), or no type at all for something that is neither markup nor JSON."""
+    lowered = content_type.lower()
+    head = text[:1024]
+    if lowered.startswith("text/plain"):
+        return not looks_like_html("", text)
+    if any(t in lowered for t in HTML_TYPES):
+        return "<" not in head
+    return not lowered and head.lstrip()[:1] not in ("<", "{", "[")
+
+
+def text_message(text: str) -> str | None:
+    """The first line of a plain-text error body (Go's `http.Error`, Express's `res.send`),
+    cut before any stack trace, paths masked; None when nothing is left."""
+    return _clean(text[:SCAN_CHARS]) or None
 
 
 def html_message(text: str) -> str | None:
@@ -160,4 +179,4 @@ class _PageText(HTMLParser):
             self.detail = text
 
 
-__all__ = ["html_message", "looks_like_html", "scrub"]
+__all__ = ["html_message", "looks_like_html", "looks_like_plain_text", "scrub", "text_message"]

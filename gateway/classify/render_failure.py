@@ -13,7 +13,12 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from gateway.classify.fields import extract_fields, summary
-from gateway.classify.html_message import html_message, looks_like_html
+from gateway.classify.html_message import (
+    html_message,
+    looks_like_html,
+    looks_like_plain_text,
+    text_message,
+)
 from gateway.classify.observation import Observation
 from gateway.classify.retry_hints import hinted_delay_ms, parse_duration_ms, parse_retry_after
 from gateway.classify.text import clean_text
@@ -73,7 +78,8 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
     """The upstream's own message at the first configured JSON path holding a string.
 
     A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". An
-    HTML error page gives its heading and first paragraph (`html_message`).
+    HTML error page gives its heading and first paragraph (`html_message`), a plain-text
+    body its first line (`text_message`).
     """
     body = obs.json
     if isinstance(body, dict | list):
@@ -88,6 +94,11 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
             return page
     if obs.tool is not None and obs.jsonrpc_code is None and obs.text and obs.text.strip():
         return obs.text  # an MCP tool error: its text items are the server's own message
+    http_text = body is None and obs.status is not None and obs.tool is None
+    if text and http_text and looks_like_plain_text(obs.content_type, text):
+        line = text_message(text)
+        if line:
+            return line
     if obs.transport is not None:
         return _TRANSPORT_MESSAGES[obs.transport.value]
     if obs.status is not None:

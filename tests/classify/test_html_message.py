@@ -230,3 +230,43 @@ def test_django_debug_page() -> None:
     text = page.content.decode()
     assert len(text) > 10_000 and "Traceback" in text
     assert html_message(text) == "ValueError at /orders/: quantity must be positive"
+
+
+# --- plain-text bodies ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "expected"),
+    [
+        ("text/html; charset=utf-8", "Quantity must be positive", "Quantity must be positive"),
+        ("text/plain; charset=utf-8", "quantity must be positive\n", "quantity must be positive"),
+        ("", "upstream says no", "upstream says no"),
+        ("text/plain", 'Boom\nTraceback (most recent call last):\n  File "/a/b.py"', "Boom"),
+        ("text/plain", "Error: ENOENT at /srv/app/server.js:10:3", "Error: ENOENT"),
+        ("", '{"not": "parsed"', "Bad Request"),  # broken JSON is not a message
+        ("application/octet-stream", "binary-ish", "Bad Request"),
+    ],
+    ids=[
+        "express-send",
+        "go-http-error",
+        "untyped",
+        "trace",
+        "node-frame",
+        "broken-json",
+        "binary",
+    ],
+)
+def test_a_plain_text_body_gives_its_first_line(
+    content_type: str, body: str, expected: str
+) -> None:
+    classifier = Classifier(embedded_config("http://127.0.0.1:9"))
+    obs = Observation(
+        route="default",
+        method="POST",
+        path="/",
+        status=400,
+        body=body.encode(),
+        content_type=content_type,
+    )
+    verdict = classifier.classify(obs)
+    assert verdict is not None and verdict.failure.message == expected
