@@ -74,7 +74,10 @@ class Tracker:
         if key is None:
             return None
         found = self.local.pop(key)
-        shared = self.shared.pop(key) if self.shared is not None else None
+        # The session's entry stays (bounded, oldest evicted, dropped with the session): a
+        # stream resumed with Last-Event-ID replays this response, and it must be upgraded
+        # like its first delivery.
+        shared = self.shared.get(key) if self.shared is not None else None
         return found or shared
 
 

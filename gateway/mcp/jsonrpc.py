@@ -108,6 +108,9 @@ class RequestTable:
     def pop(self, key: RequestKey) -> Pending | None:
         return self._pending.pop(key, None)
 
+    def get(self, key: RequestKey) -> Pending | None:
+        return self._pending.get(key)
+
     def drain(self) -> list[tuple[RequestKey, Pending]]:
         """Everything still pending (e.g. to answer it when the server died), emptying the table."""
         items = list(self._pending.items())

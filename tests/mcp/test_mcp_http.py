@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -200,3 +201,66 @@ async def test_dns_rebinding_defence(
     )
     assert response.status == status
     assert len(scripted.seen) == (0 if status == 403 else 1)
+
+
+async def read_events_until(response: aiohttp.ClientResponse, rid: int) -> list[tuple[str, Any]]:
+    """(event id, data) of each event up to the response with id `rid`."""
+    events: list[tuple[str, Any]] = []
+    event_id, data = "", ""
+    async with asyncio.timeout(15):
+        async for raw in response.content:
+            line = raw.decode().rstrip("\r\n")
+            if line.startswith("id:"):
+                event_id = line[3:].strip()
+            elif line.startswith("data:"):
+                data += line[5:].strip()
+            elif not line:
+                message = json.loads(data) if data else None
+                events.append((event_id, message))
+                if isinstance(message, dict) and message.get("id") == rid:
+                    return events
+                event_id, data = "", ""
+    raise AssertionError(f"no response {rid} in {events}")
+
+
+@pytest.mark.parametrize("sdk_server", [["resumable"]], ids=["resumable"], indirect=True)
+async def test_a_replayed_failure_is_upgraded_like_its_first_delivery(
+    start_gateway: StartGateway, sdk_server: str
+) -> None:
+    """GET with `Last-Event-ID` replays a POST stream's events; the tool error in it comes
+    back upgraded, as it did the first time (docs/mcp.md, "Streamable HTTP routes")."""
+    gateway = await start_gateway(route_config(sdk_server, type="mcp"))
+    accept = {"Accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    started = await gateway.request("POST", "/mcp", json=init, headers=accept)
+    session = {**accept, "Mcp-Session-Id": started.headers["Mcp-Session-Id"]}
+    await started.read()
+    notified = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    await (await gateway.request("POST", "/mcp", json=notified, headers=session)).read()
+    params = {"name": "read_note_slowly", "arguments": {"name": "nope"}}
+    failing = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+    first = await gateway.request("POST", "/mcp", json=failing, headers=session)
+    events = await read_events_until(first, 7)
+    first.release()
+    assert "mendpoint_failure" in events[-1][1]["result"]["content"][-1]["text"]
+    assert len(events) >= 2  # the log line, then the answer
+    before = events[-2][0]  # the event before the answer: everything after it is replayed
+    resumed = await gateway.request(
+        "GET", "/mcp", headers={**session, "Accept": "text/event-stream", "Last-Event-ID": before}
+    )
+    replayed = await read_events_until(resumed, 7)
+    resumed.release()
+    assert replayed[-1][0] == events[-1][0]  # the same event, replayed
+    result = replayed[-1][1]["result"]
+    assert result["isError"] is True
+    assert "mendpoint_failure" in result["content"][-1]["text"]
+    assert result["_meta"]["mendpoint/failure"]["error"]["code"] == "FILE_NOT_FOUND"

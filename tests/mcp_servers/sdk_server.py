@@ -1,8 +1,9 @@
 """An MCP server written with the official Python SDK, for the gateway's tests.
 
 `python sdk_server.py stdio` serves on stdin/stdout; `python sdk_server.py http PORT [json]
-[stateless]` serves Streamable HTTP on 127.0.0.1:PORT/mcp. Its tools fail the way real tools
-do: by raising, which the SDK turns into a result with `isError: true`.
+[stateless] [resumable]` serves Streamable HTTP on 127.0.0.1:PORT/mcp (`resumable`: with an
+in-memory event store, so a client may resume a stream with `Last-Event-ID`). Its tools fail
+the way real tools do: by raising, which the SDK turns into a result with `isError: true`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ import os
 import subprocess
 import sys
 
+import uvicorn
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.types import JSONRPCMessage
 
 server = MCPServer("mendpoint-test-server")
 
@@ -62,6 +67,13 @@ def frobnicate() -> str:
 
 
 @server.tool()
+async def read_note_slowly(name: str, ctx: Context) -> str:
+    """read_note, logging a line first: its stream has an event before the answer."""
+    await ctx.info(f"looking for {name}")
+    return read_note(name)
+
+
+@server.tool()
 def big(size: int) -> str:
     """A result of `size` characters (large results: limits, SSE event caps)."""
     return "b" * size
@@ -78,11 +90,39 @@ def pids() -> dict[str, int]:
     return {"server": os.getpid(), "helper": HELPERS[0].pid}
 
 
+class MemoryEvents(EventStore):
+    """Every event of every stream, numbered in order, for replays after `Last-Event-ID`."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, JSONRPCMessage | None]] = []
+
+    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+        event_id = str(len(self.events) + 1)
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(
+        self, last_event_id: str, send_callback: EventCallback
+    ) -> str | None:
+        index = next((i for i, e in enumerate(self.events) if e[0] == last_event_id), None)
+        if index is None:
+            return None
+        stream = self.events[index][1]
+        for event_id, stream_id, message in self.events[index + 1 :]:
+            if stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream
+
+
 def main() -> None:
     if sys.argv[1] == "stdio":
         server.run("stdio")
         return
     port = int(sys.argv[2])
+    if "resumable" in sys.argv[3:]:
+        app = server.streamable_http_app(event_store=MemoryEvents())
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+        return
     server.run(
         "streamable-http",
         host="127.0.0.1",
