@@ -30,7 +30,7 @@ MAX_PENDING = 64  # writes in flight; past it a capture is skipped rather than q
 
 
 @dataclass(frozen=True, slots=True)
-class Exchange:
+class CapturedFailure:
     """One failing exchange as the capture file records it."""
 
     route: str
@@ -75,7 +75,7 @@ class Captures:
         self.skipped = 0
 
     def record(
-        self, spec: CaptureSpec, exchange: Exchange, redactor: Redactor, sample: float
+        self, spec: CaptureSpec, exchange: CapturedFailure, redactor: Redactor, sample: float
     ) -> bool:
         """Start writing `exchange` if it is sampled and fits the bounds; True if it was."""
         if sample >= spec.rate:
@@ -123,7 +123,7 @@ def sample_draw() -> float:
     return random.random()
 
 
-def render(exchange: Exchange, spec: CaptureSpec, redactor: Redactor) -> bytes:
+def render(exchange: CapturedFailure, spec: CaptureSpec, redactor: Redactor) -> bytes:
     body = exchange.body or b""
     cut = len(body) > spec.max_body_bytes
     text = body[: spec.max_body_bytes].decode("utf-8", "replace")

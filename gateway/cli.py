@@ -7,6 +7,7 @@ no input, however bad, produces a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import json
@@ -504,7 +505,7 @@ def _explain(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         caller = found
-    result = explain(loaded, sample, Mode(args.mode), caller=caller)
+    result = asyncio.run(explain(loaded, sample, Mode(args.mode), caller=caller))
     if result.verdict is None:
         print(f"route: {result.route}\nno rule matched: the response would pass through")
         return EXIT_OK

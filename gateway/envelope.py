@@ -20,8 +20,9 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 
 
 @dataclass(frozen=True, slots=True)
-class Exchange:
-    """What the renderer needs to know about the request and the upstream's answer."""
+class FailureFacts:
+    """The facts of one failed exchange a rendering is built from: the request's id and
+    duration, and what the upstream answered (a status and body, or a transport fault)."""
 
     request_id: str
     duration_ms: int
@@ -41,11 +42,11 @@ class Rendering:
 
 
 def render(
-    mode: Mode, failure: Failure, recovery: Recovery, exchange: Exchange, prefix: str
+    mode: Mode, failure: Failure, recovery: Recovery, facts: FailureFacts, prefix: str
 ) -> Rendering:
     """The response changes for `mode`; a `body` of None means "send the upstream's body"."""
-    headers = advisory_headers(failure, recovery, prefix, exchange.upstream_retry_after)
-    synthesized = exchange.transport is not None
+    headers = advisory_headers(failure, recovery, prefix, facts.upstream_retry_after)
+    synthesized = facts.transport is not None
     if mode is Mode.ORIGINAL:
         if synthesized:
             return Rendering([], _plain_reason(failure), TEXT_TYPE)
@@ -57,8 +58,8 @@ def render(
             TEXT_TYPE if synthesized else None,
         )
     if mode is Mode.ENVELOPE or synthesized:
-        return Rendering(headers, dump(envelope(failure, recovery, exchange)), JSON_TYPE)
-    merged = additive(exchange.body_json, failure, recovery, exchange.request_id)
+        return Rendering(headers, dump(envelope(failure, recovery, facts)), JSON_TYPE)
+    merged = additive(facts.body_json, failure, recovery, facts.request_id)
     if merged is None:
         return Rendering(headers)
     return Rendering(headers, dump(merged), None)
@@ -107,20 +108,20 @@ def failure_object(failure: Failure) -> dict[str, Any]:
     }
 
 
-def envelope(failure: Failure, recovery: Recovery, exchange: Exchange) -> dict[str, Any]:
+def envelope(failure: Failure, recovery: Recovery, facts: FailureFacts) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        "duration_ms": exchange.duration_ms,
-        "upstream_status": exchange.upstream_status,
+        "duration_ms": facts.duration_ms,
+        "upstream_status": facts.upstream_status,
         "rule": failure.rule_id,
         "exit_code": failure.exit_code,
-        "original": _original(exchange),
+        "original": _original(facts),
     }
-    if exchange.transport is not None:
-        meta["transport"] = exchange.transport.value
+    if facts.transport is not None:
+        meta["transport"] = facts.transport.value
     return {
         "ok": False,
         "data": None,
-        "error": error_object(failure, recovery, exchange.request_id),
+        "error": error_object(failure, recovery, facts.request_id),
         "failure": failure_object(failure),
         "recovery": recovery.to_json(),
         "warnings": [],
@@ -155,13 +156,13 @@ def dump(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _original(exchange: Exchange) -> dict[str, Any] | None:
-    if exchange.transport is not None or exchange.body is None:
+def _original(facts: FailureFacts) -> dict[str, Any] | None:
+    if facts.transport is not None or facts.body is None:
         return None
-    body: Any = exchange.body_json
+    body: Any = facts.body_json
     if body is None:
-        body = exchange.body.decode("utf-8", "replace")
-    return {"content_type": exchange.content_type or None, "body": body}
+        body = facts.body.decode("utf-8", "replace")
+    return {"content_type": facts.content_type or None, "body": body}
 
 
 def _plain_reason(failure: Failure) -> bytes:

@@ -7,6 +7,7 @@ their own with `mendpoint test`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import validate_model
 from gateway.config.models import Strict
 from gateway.config.yamlsrc import parse_yaml
+from gateway.enrich import Enricher
 from gateway.envelope import error_object, failure_object
 from gateway.explain import Sample, explain
 from gateway.failure import NO_RECOVERY, Category, TransportKind
@@ -148,14 +150,20 @@ def load_fixtures(text: str, file: str) -> FixtureFile:
 def run_fixtures(
     loaded: LoadedConfig, fixtures: FixtureFile, classifier: Classifier | None = None
 ) -> list[CaseResult]:
-    classifier = classifier or Classifier(loaded)
-    return [_run_case(loaded, case, classifier) for case in fixtures.cases]
+    """Every case through `explain` (the proxy's own enrichment step, offline)."""
+    enricher = Enricher.offline(loaded, classifier)
+
+    async def run_all() -> list[CaseResult]:
+        return [await _run_case(loaded, case, enricher) for case in fixtures.cases]
+
+    return asyncio.run(run_all())
 
 
-def _run_case(loaded: LoadedConfig, case: FixtureCase, classifier: Classifier) -> CaseResult:
+def sample_of(case: FixtureCase) -> Sample:
+    """The case as `explain` takes it (the test suite replays it through a live gateway)."""
     response, mcp = case.response, case.mcp
     body = response.body_bytes() if response else mcp.body_bytes() if mcp else b""
-    sample = Sample(
+    return Sample(
         method=case.request.method if mcp is None else "POST",
         path=case.request.path,
         status=response.status if response else None,
@@ -167,7 +175,10 @@ def _run_case(loaded: LoadedConfig, case: FixtureCase, classifier: Classifier) -
         is_mcp=mcp is not None,
         request_headers=CIMultiDict(case.request.headers),
     )
-    result = explain(loaded, sample, classifier=classifier)
+
+
+async def _run_case(loaded: LoadedConfig, case: FixtureCase, enricher: Enricher) -> CaseResult:
+    result = await explain(loaded, sample_of(case), enricher=enricher)
     expect = case.expect
     if result.verdict is None:
         return CaseResult(case.name, () if not expect.matched else ("no rule matched",))

@@ -1,7 +1,7 @@
 """The shape of the package: imports point one way and never go round in a circle.
 
-Layers, low to high: failure → config → classify/resolve → envelope → proxy → mcp → handler →
-app → cli. A module may import its own layer or lower ones, never a higher one.
+Layers, low to high: failure → config → classify/resolve → envelope → enrich → proxy → mcp →
+handler → app → cli. A module may import its own layer or lower ones, never a higher one.
 
 The import graph is module to module over gateway/: `from gateway.x import y` is an edge to the
 module `gateway.x.y` when that is a module and to `gateway.x` otherwise, and relative imports
@@ -41,19 +41,20 @@ LAYERS = {
     "gateway.classify": 2,
     "gateway.resolve": 2,
     "gateway.envelope": 3,
-    "gateway.proxy": 4,
-    "gateway.mcp": 5,
-    "gateway.handler": 6,
-    "gateway.explain": 6,
-    "gateway.fixtures": 6,
-    "gateway.schema": 6,
-    "gateway.retrofit": 6,
-    "gateway.admin": 6,
-    "gateway.app": 7,
-    "gateway.workers": 8,
-    "gateway.supervisor": 8,
-    "gateway.cli": 8,
-    "gateway.__main__": 9,
+    "gateway.enrich": 4,
+    "gateway.proxy": 5,
+    "gateway.mcp": 6,
+    "gateway.handler": 7,
+    "gateway.explain": 7,
+    "gateway.fixtures": 7,
+    "gateway.retrofit": 7,
+    "gateway.schema": 7,
+    "gateway.admin": 7,
+    "gateway.app": 8,
+    "gateway.workers": 9,
+    "gateway.supervisor": 9,
+    "gateway.cli": 9,
+    "gateway.__main__": 10,
 }
 MODULES = sorted(PACKAGE.rglob("*.py"))
 

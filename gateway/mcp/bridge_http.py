@@ -31,7 +31,6 @@ from multidict import CIMultiDict
 from gateway.failure import TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp.bridge_sessions import Bridges, BridgeSession, SessionsFull, Waiter
-from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,
@@ -41,6 +40,7 @@ from gateway.mcp.jsonrpc import (
     requests_in,
 )
 from gateway.mcp.rpc_errors import PARSE_ERROR, SERVER_ERROR, SESSION_NOT_FOUND, rpc_refusal
+from gateway.mcp.tracking import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_path import answer_transport_failure
@@ -165,11 +165,11 @@ class _Answer:
     upgrader: Upgrader
 
     async def _payloads(self) -> AsyncIterator[tuple[bytes, list[tuple[str, str]]]]:
-        exchange = HttpExchange(self.ctx)
+        site = HttpCallSite(self.ctx)
         async for line, message in self.waiter.lines():
             payload = line.rstrip(b"\r\n")
             new, headers = await rewrite_payload(
-                payload, self.tracker, self.upgrader, exchange, message
+                payload, self.tracker, self.upgrader, site, message
             )
             yield (payload if new is None else new), headers
 

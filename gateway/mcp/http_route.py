@@ -1,12 +1,14 @@
 """The Streamable HTTP handler of a `type: mcp` route (both 2025-11-25 and 2026-07-28).
 
-POST, GET and DELETE go to the upstream exactly once with every header the proxy forwards
-(`Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`, `Mcp-Name`, every
-`Mcp-Param-*`). Requests in a POST body are registered in the session's table before sending,
-so their responses can be upgraded wherever they arrive. Status codes, `Content-Type`, 202s,
-non-JSON bodies and HTTP errors pass exactly as the upstream sent them; `application/json`
-bodies are read (up to `mcp.max_message_bytes`) only when a tracked response may be in them,
-and `text/event-stream` bodies are relayed event by event.
+POST, GET and DELETE go to the upstream exactly once, through the same call as HTTP routes
+(`proxy.upstream.call_upstream`: `limits.response_timeout_s`, forwarding headers, transport
+faults as 502/504), with every header the proxy forwards (`Mcp-Session-Id`,
+`MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`, `Mcp-Name`, every `Mcp-Param-*`).
+Requests in a POST body are registered in the session's table before sending, so their
+responses can be upgraded wherever they arrive. Status codes, `Content-Type`, 202s, non-JSON
+bodies and HTTP errors pass exactly as the upstream sent them; `application/json` bodies are
+read (up to `mcp.max_message_bytes`) only when a tracked response may be in them, and
+`text/event-stream` bodies are relayed event by event.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.failure import TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp import cors, oauth
 from gateway.mcp.bridge_http import serve_bridge
-from gateway.mcp.exchange import HttpExchange, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestTable,
     parse_message,
@@ -30,20 +32,16 @@ from gateway.mcp.origin import refusal
 from gateway.mcp.rpc_errors import SERVER_ERROR, rpc_refusal
 from gateway.mcp.runtime import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
+from gateway.mcp.tracking import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.aiohttp_private import RelayResponse
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_path import BODY_BOUND_HEADERS, answer_transport_failure
 from gateway.proxy.forward import plain
-from gateway.proxy.headers import (
-    client_response_headers,
-    upstream_request_headers,
-    visible_ascii,
-)
+from gateway.proxy.headers import client_response_headers, visible_ascii
 from gateway.proxy.relay import relay
-from gateway.proxy.state import UPSTREAM
-from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
+from gateway.proxy.upstream import UPSTREAM_ERRORS, call_upstream, transport_kind
 from gateway.streams import read_capped
 
 log = logging.getLogger("mendpoint.mcp")
@@ -73,9 +71,8 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
             return plain(408, "Request body not received in time", ctx.request_id)
         if not whole:
             return plain(413, "Request body too large", ctx.request_id)
+    upgrader = Upgrader(ctx.state.enricher, ctx.state.loaded.config.mcp)
     if spec.command is not None:
-        state = ctx.state
-        upgrader = runtime.upgrader(state, state.loaded, state.classifier, state.recovery)
         return await serve_bridge(request, ctx, body, runtime.bridges, upgrader)
     session_id = request.headers.get(MCP_SESSION_ID)
     settings = ctx.state.loaded.config.mcp
@@ -90,31 +87,13 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
                 shared.add(key, pending)
     elif request.method != "GET":
         shared = None  # only a GET stream can carry responses to earlier POSTs
-    headers = upstream_request_headers(
-        request.headers,
-        peer=request.remote,
-        scheme=request.scheme,
-        upstream_host=ctx.route.upstream_host,
-        preserve_host=spec.preserve_host,
-        request_id=ctx.request_id,
-        trusted=ctx.from_trusted_proxy,
-    )
-    try:
-        upstream = await request.app[UPSTREAM].request(
-            request.method,
-            ctx.route.origin,
-            ctx.route.upstream_target(target),
-            headers,
-            body if request.body_exists else None,
-        )
-    except UPSTREAM_ERRORS as exc:
-        return await answer_transport_failure(ctx, transport_kind(exc))
+    upstream = await call_upstream(ctx, target, body if request.body_exists else None)
+    if isinstance(upstream, TransportKind):
+        return await answer_transport_failure(ctx, upstream)
     try:
         if request.method == "DELETE" and upstream.status < 300 and session_id:
             runtime.sessions.drop(session_id)
         tracker = Tracker(local, shared)
-        state = ctx.state
-        upgrader = runtime.upgrader(state, state.loaded, state.classifier, state.recovery)
         return await _respond(request, ctx, upstream, tracker, upgrader)
     finally:
         upstream.release()
@@ -162,7 +141,7 @@ async def _answer_json(
         return await answer_transport_failure(ctx, transport_kind(exc))
     if not whole:
         return await relay(request, upstream, headers, raw)
-    new, extra = await rewrite_payload(raw, tracker, upgrader, HttpExchange(ctx))
+    new, extra = await rewrite_payload(raw, tracker, upgrader, HttpCallSite(ctx))
     headers.extend(extra)
     if new is None:
         return await relay(request, upstream, headers, raw, complete=True)
@@ -200,10 +179,10 @@ async def _relay_stream(
 ) -> web.StreamResponse:
     response = RelayResponse(status=upstream.status, reason=upstream.reason, headers=headers)
     await response.prepare(request)
-    exchange = HttpExchange(ctx)
+    site = HttpCallSite(ctx)
 
     async def rewrite(data: bytes) -> bytes | None:
-        new, _ = await rewrite_payload(data, tracker, upgrader, exchange)
+        new, _ = await rewrite_payload(data, tracker, upgrader, site)
         return new
 
     try:

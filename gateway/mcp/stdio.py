@@ -24,13 +24,14 @@ import os
 import signal
 import stat
 import sys
+import time
 import uuid
 from asyncio import FIRST_COMPLETED
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.classify import Classifier
 from gateway.config.loaded import LoadedConfig
+from gateway.enrich import Enricher, FailureContext
 from gateway.failure import Failure, Mode
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (
@@ -46,26 +47,34 @@ from gateway.mcp.jsonrpc import (
 )
 from gateway.mcp.lines import Overlong, overlong_id, read_line
 from gateway.mcp.rpc_errors import server_gone
-from gateway.mcp.runtime import build_upgrader
 from gateway.mcp.upgrade import Upgrader
-from gateway.resolve.callers import ANONYMOUS, Caller
-from gateway.resolve.service import RecoveryService
+from gateway.resolve.callers import ANONYMOUS
+from gateway.resolve.service import Situation
 
 log = logging.getLogger("mendpoint.mcp")
 
 EXIT_GRACE_S = 5.0
 
 
-@dataclass(frozen=True)
-class StdioExchange:
-    """The `Exchange` of a stdio session: one local caller, the mode given on the command line."""
+@dataclass(frozen=True, slots=True)
+class StdioCallSite:
+    """The `CallSite` of a stdio session: one local caller, the mode given on the command line."""
 
     mode: Mode
     route_name: str = "stdio"
     path: str = "/"
-    caller: Caller = ANONYMOUS
-    request_id: str = ""
     idempotent: bool = False
+    request_id: str = ""
+
+    def failure_context(self, situation: Situation) -> FailureContext:
+        return FailureContext(
+            route=self.route_name,
+            mode=self.mode,
+            request_id=self.request_id,
+            caller=ANONYMOUS,
+            situation=situation,
+            started=time.monotonic(),
+        )
 
 
 class StdioRelay:
@@ -74,7 +83,7 @@ class StdioRelay:
     ) -> None:
         self.argv = argv
         self.upgrader = upgrader
-        self.exchange = StdioExchange(mode)
+        self.site = StdioCallSite(mode)
         settings = upgrader.settings
         self.limit = settings.max_message_bytes
         self.grace_s = settings.stdio_grace_s if grace_s is None else grace_s
@@ -200,10 +209,10 @@ class StdioRelay:
             return line
         # Each upgraded failure gets its own id: the draft extension's correlationId. There is
         # no access log in stdio mode, so this line is what an operator finds it by.
-        exchange = dataclasses.replace(self.exchange, request_id=uuid.uuid4().hex)
-        outcome = await self.upgrader.upgrade(message, pending, exchange)
-        if outcome is not None and outcome.failure is not None:
-            _log_failure(exchange.request_id, pending, outcome.failure)
+        site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
+        outcome = await self.upgrader.upgrade(message, pending, site)
+        if outcome is not None and outcome.verdict is not None:
+            _log_failure(site.request_id, pending, outcome.verdict.failure)
         new = None if outcome is None or outcome.message is None else encode(outcome.message)
         if new is None:
             return line
@@ -277,14 +286,13 @@ def run_stdio(
     loaded: LoadedConfig, argv: list[str], mode: Mode, grace_s: float | None = None
 ) -> int:
     """The `mendpoint stdio` command: relay until the server exits; its status is ours."""
-    classifier = Classifier(loaded)
-    recovery = RecoveryService.build(loaded)
-    upgrader = build_upgrader(loaded, classifier, recovery)
 
     async def main() -> int:
+        enricher = Enricher.build(loaded)
         try:
+            upgrader = Upgrader(enricher, loaded.config.mcp)
             return await StdioRelay(argv, upgrader, mode, grace_s).run()
         finally:
-            await recovery.close()
+            await enricher.close()
 
     return asyncio.run(main())

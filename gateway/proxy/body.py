@@ -45,7 +45,8 @@ class RequestBody:
         self._stream = stream
         self._max_bytes = max_bytes
         self._stall_timeout_s = stall_timeout_s
-        self._on_end = on_end
+        self.on_end = on_end
+        """Called once the body has been read whole (the response deadline starts then)."""
         self._digest = digest  # a hashlib object fed every chunk (follow-up tracking)
         self._keep_bytes = keep_bytes
         self._kept: list[bytes] | None = [] if keep_bytes > 0 else None
@@ -78,8 +79,8 @@ class RequestBody:
                 raise self.failure from None
             if not chunk:
                 self._ended = True
-                if self._on_end is not None:
-                    self._on_end()
+                if self.on_end is not None:
+                    self.on_end()
                 return
             if self._digest is not None:
                 self._digest.update(chunk)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +17,15 @@ from multidict import CIMultiDict
 
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
+from gateway.enrich import CaptureSink, FailureContext, fell_back
 from gateway.failure import Mode
 from gateway.header_names import REQUEST_ID
 from gateway.logs import AccessRecord
-from gateway.observe import FALLBACKS, FallbackReason
+from gateway.observe import FallbackReason
 from gateway.proxy.client import ResponseDeadline
 from gateway.proxy.headers import visible_ascii
 from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
-from gateway.proxy.state import GatewayState
+from gateway.proxy.state import CAPTURES, SIGNATURES, GatewayState
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 
@@ -74,12 +74,31 @@ class RequestContext:
         operation = self.route.operation_for(self.request.method, self.request.path)
         return Situation(operation=operation, route=self.route.spec.name)
 
-    def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.record.started) * 1000)
+    def failure_context(
+        self, situation: Situation | None = None, mode: Mode | None = None
+    ) -> FailureContext:
+        """This request as the enrichment step sees it (`situation`: an MCP call's own;
+        `mode`: when the body cannot be rewritten, at most `headers`)."""
+        return FailureContext(
+            route=self.route.spec.name,
+            mode=self.mode if mode is None else mode,
+            request_id=self.request_id,
+            caller=self.caller,
+            situation=situation or self.situation,
+            started=self.record.started,
+            record=self.record,
+            signatures=self.request.app[SIGNATURES],
+            capture=self._capture_sink(),
+        )
+
+    def _capture_sink(self) -> CaptureSink | None:
+        spec = self.route.spec.capture
+        if spec is None:
+            return None
+        return CaptureSink(spec, self.request.app[CAPTURES], self.state.redactor)
 
     def fell_back(self, reason: FallbackReason) -> None:
-        self.record.fallback = reason.value
-        FALLBACKS.labels(route=self.route.spec.name, reason=reason.value).inc()
+        fell_back(self.route.spec.name, self.record, reason)
 
     def observation(self, **fields: object) -> Observation:
         method = self.request.method

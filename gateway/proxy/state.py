@@ -13,6 +13,7 @@ from aiohttp import web
 from gateway.capture import Captures
 from gateway.classify import Classifier
 from gateway.config.loaded import LoadedConfig
+from gateway.enrich import Enricher
 from gateway.proxy.client import UpstreamClient
 from gateway.proxy.routes import RouteTable
 from gateway.redact import Redactor
@@ -25,10 +26,10 @@ from gateway.trust import TrustedProxies
 @dataclass(frozen=True, slots=True)
 class GatewayState:
     loaded: LoadedConfig
-    classifier: Classifier
+    enricher: Enricher
+    """The one enrichment step (classify → resolve → render) HTTP and MCP routes share."""
     routes: RouteTable
     callers: CallerDirectory
-    recovery: RecoveryService
     proxies: TrustedProxies
     redactor: Redactor
 
@@ -37,13 +38,20 @@ class GatewayState:
         """Compile everything a request needs; raises nothing a validated config can cause."""
         return cls(
             loaded,
-            Classifier(loaded),
+            Enricher.build(loaded),
             RouteTable(loaded.config.routes),
             CallerDirectory.build(loaded.callers),
-            RecoveryService.build(loaded),
             TrustedProxies.build(loaded.config.trusted_proxies),
             Redactor.build(loaded.config.redaction),
         )
+
+    @property
+    def classifier(self) -> Classifier:
+        return self.enricher.classifier
+
+    @property
+    def recovery(self) -> RecoveryService:
+        return self.enricher.recovery
 
 
 class StateHolder:

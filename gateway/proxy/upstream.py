@@ -1,5 +1,6 @@
-"""The upstream exchange's deadline, and the one place the upstream client's exceptions become
-`TransportKind` values. Past this module a transport fault is a value, not an exception.
+"""Calling the upstream: the one helper every route type sends its request through, and the
+one place the upstream client's exceptions become `TransportKind` values. Past this module a
+transport fault is a value, not an exception.
 """
 
 from __future__ import annotations
@@ -7,11 +8,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 
 import aiohttp
 
 from gateway.failure import TransportKind
-from gateway.proxy.client import UpstreamFault
+from gateway.observe import observe_upstream
+from gateway.proxy.body import RequestBody
+from gateway.proxy.client import Interim, ResponseDeadline, UpstreamFault, UpstreamResponse
+from gateway.proxy.context import RequestContext
+from gateway.proxy.headers import upstream_request_headers
+from gateway.proxy.state import UPSTREAM
 
 log = logging.getLogger("mendpoint.upstream")
 
@@ -36,3 +43,61 @@ def transport_kind(exc: BaseException) -> TransportKind:
 
 
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+async def call_upstream(
+    ctx: RequestContext,
+    target: str,
+    body: RequestBody | bytes | None,
+    *,
+    interim: Interim | None = None,
+) -> UpstreamResponse | TransportKind:
+    """Send the client's request to the route's upstream, exactly once; its response head,
+    or the transport fault that stopped it.
+
+    HTTP forwarding and MCP routes both call the upstream here, so both get the forwarded
+    headers, `limits.response_timeout_s` (a `ResponseDeadline` that starts once the request
+    body has been sent whole, kept on `ctx` for the error body) and the same fault mapping.
+    `interim` is told of 100 Continue and 103 Early Hints (HTTP routes pass them on; MCP
+    routes keep aiohttp's immediate 100). A 1xx as the final answer is an invalid response:
+    Upgrade is hop-by-hop, the gateway never asks for one, and a 101 would switch the client's
+    connection to a protocol nobody negotiated.
+    """
+    request, route, record = ctx.request, ctx.route, ctx.record
+    client = request.app[UPSTREAM]
+    deadline = ResponseDeadline(ctx.state.loaded.config.limits.response_timeout_s, client.loop)
+    if isinstance(body, RequestBody):
+        body.on_end = deadline.start
+    else:
+        deadline.start()
+    ctx.deadline = deadline
+    headers = upstream_request_headers(
+        request.headers,
+        peer=request.remote,
+        scheme=request.scheme,
+        upstream_host=route.upstream_host,
+        preserve_host=route.spec.preserve_host,
+        request_id=record.request_id,
+        trusted=ctx.from_trusted_proxy,
+    )
+    sent = time.monotonic()
+    try:
+        upstream = await client.request(
+            request.method,
+            route.origin,
+            route.upstream_target(target),
+            headers,
+            body,
+            deadline,
+            idempotent=request.method in route.idempotent,
+            interim=interim,
+        )
+    except UPSTREAM_ERRORS as exc:
+        return transport_kind(exc)
+    if upstream.status < 200:
+        upstream.close()
+        return TransportKind.INVALID_RESPONSE
+    record.upstream_ms = (time.monotonic() - sent) * 1000
+    record.upstream_status = upstream.status
+    observe_upstream(record.route, record.upstream_ms / 1000)
+    return upstream

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.envelope import Exchange, additive, advisory_headers, render
+from gateway.envelope import FailureFacts, additive, advisory_headers, render
 from gateway.failure import (
     NO_RECOVERY,
     Category,
@@ -47,9 +47,9 @@ TRANSIENT = Failure(
 OPTION = RecoveryOption(1, "schema.infer_csv_schema", "1.0.0", "Inspect the CSV", "data.csv")
 
 
-def exchange(body: Any = None, **kwargs: Any) -> Exchange:
+def facts(body: Any = None, **kwargs: Any) -> FailureFacts:
     raw = json.dumps(body).encode() if body is not None else b"<html>oops</html>"
-    return Exchange(
+    return FailureFacts(
         request_id="req-1",
         duration_ms=3,
         upstream_status=400,
@@ -61,9 +61,7 @@ def exchange(body: Any = None, **kwargs: Any) -> Exchange:
 
 
 def test_envelope_shape_matches_spec() -> None:
-    rendering = render(
-        Mode.ENVELOPE, CORRECTABLE, Recovery((OPTION,)), exchange({"e": 1}), "X-Error-"
-    )
+    rendering = render(Mode.ENVELOPE, CORRECTABLE, Recovery((OPTION,)), facts({"e": 1}), "X-Error-")
     assert rendering.content_type == "application/json"
     assert rendering.body is not None
     body = json.loads(rendering.body)
@@ -101,7 +99,7 @@ def test_envelope_shape_matches_spec() -> None:
 
 
 def test_envelope_keeps_non_json_original_as_text() -> None:
-    rendering = render(Mode.ENVELOPE, CORRECTABLE, NO_RECOVERY, exchange(None), "X-Error-")
+    rendering = render(Mode.ENVELOPE, CORRECTABLE, NO_RECOVERY, facts(None), "X-Error-")
     assert rendering.body is not None
     assert json.loads(rendering.body)["meta"]["original"]["body"] == "<html>oops</html>"
 
@@ -144,13 +142,13 @@ def test_additive_adds_only_where_absent(upstream: dict[str, Any], expected_erro
 )
 def test_additive_leaves_non_objects_alone(body: Any) -> None:
     assert additive(body, CORRECTABLE, NO_RECOVERY, "r") is None
-    rendering = render(Mode.ADDITIVE, CORRECTABLE, NO_RECOVERY, exchange(body), "X-Error-")
+    rendering = render(Mode.ADDITIVE, CORRECTABLE, NO_RECOVERY, facts(body), "X-Error-")
     assert rendering.body is None
     assert ("X-Error-Code", "CSV_MALFORMED") in rendering.headers
 
 
 def test_headers_mode_only_adds_headers() -> None:
-    rendering = render(Mode.HEADERS, TRANSIENT, NO_RECOVERY, exchange({"a": 1}), "X-Error-")
+    rendering = render(Mode.HEADERS, TRANSIENT, NO_RECOVERY, facts({"a": 1}), "X-Error-")
     assert rendering.body is None and rendering.content_type is None
     assert dict(rendering.headers) == {
         "X-Error-Code": "RATE_LIMITED",
@@ -162,7 +160,7 @@ def test_headers_mode_only_adds_headers() -> None:
 
 
 def test_original_mode_changes_nothing() -> None:
-    rendering = render(Mode.ORIGINAL, TRANSIENT, NO_RECOVERY, exchange({"a": 1}), "X-Error-")
+    rendering = render(Mode.ORIGINAL, TRANSIENT, NO_RECOVERY, facts({"a": 1}), "X-Error-")
     assert rendering.headers == [] and rendering.body is None
 
 
@@ -183,7 +181,7 @@ def test_prefix_is_configurable() -> None:
 
 @pytest.mark.parametrize("mode", list(Mode), ids=[m.value for m in Mode])
 def test_synthesised_failure_per_mode(mode: Mode) -> None:
-    synth = Exchange(
+    synth = FailureFacts(
         request_id="r", duration_ms=1, upstream_status=None, transport=TransportKind.CONNECT_REFUSED
     )
     rendering = render(mode, TRANSIENT, NO_RECOVERY, synth, "X-Error-")

@@ -214,7 +214,7 @@ async def test_enrichment_over_budget_sends_identical_bytes(
 
 STEPS = {
     "classify": ("classifier", "classify"),
-    "render": ("gateway.proxy.failure_path", "render"),
+    "render": ("gateway.enrich", "render"),
     "message-template": ("gateway.classify.engine", "build_failure"),
 }
 

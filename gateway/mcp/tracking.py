@@ -1,8 +1,8 @@
-"""One HTTP exchange of an MCP route: who asked, and which requests its responses answer.
+"""Tying an MCP route's responses to their requests, and the call site they upgrade under.
 
 Shared by the Streamable HTTP handler (upstream URL) and the bridge (stdio child): both tie a
 response to the request it answers through a `Tracker`, and upgrade it with `rewrite_payload`
-under the `HttpExchange` of the POST that sent the request.
+under the `HttpCallSite` of the HTTP request that carries it.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.enrich import FailureContext
 from gateway.failure import Mode
 from gateway.mcp.jsonrpc import (
     Pending,
@@ -20,14 +21,14 @@ from gateway.mcp.jsonrpc import (
     parse_message,
     request_key,
 )
-from gateway.mcp.upgrade import Exchange, Outcome, Upgrader
+from gateway.mcp.upgrade import CallSite, Outcome, Upgrader
 from gateway.proxy.context import RequestContext
-from gateway.resolve.callers import Caller
+from gateway.resolve.service import Situation
 
 
-@dataclass
-class HttpExchange:
-    """The `Exchange` of one HTTP request: mode and caller come from the proxy's context."""
+@dataclass(frozen=True, slots=True)
+class HttpCallSite:
+    """The `CallSite` of one HTTP request: mode and caller come from the proxy's context."""
 
     ctx: RequestContext
 
@@ -44,16 +45,11 @@ class HttpExchange:
         return self.ctx.mode
 
     @property
-    def caller(self) -> Caller:
-        return self.ctx.caller
-
-    @property
-    def request_id(self) -> str:
-        return self.ctx.request_id
-
-    @property
     def idempotent(self) -> bool:
         return "POST" in self.ctx.route.idempotent
+
+    def failure_context(self, situation: Situation) -> FailureContext:
+        return self.ctx.failure_context(situation)
 
 
 class Tracker:
@@ -88,7 +84,7 @@ async def rewrite_payload(
     raw: bytes,
     tracker: Tracker,
     upgrader: Upgrader,
-    exchange: Exchange,
+    site: CallSite,
     message: Any = UNPARSED,
 ) -> tuple[bytes | None, list[tuple[str, str]]]:
     """A JSON-RPC message (or batch) with tracked responses upgraded; None when unchanged.
@@ -105,9 +101,7 @@ async def rewrite_payload(
         return None, []
     outcomes: list[Outcome | None] = []
     for item, pending in zip(batch, pendings, strict=True):
-        outcomes.append(
-            None if pending is None else await upgrader.upgrade(item, pending, exchange)
-        )
+        outcomes.append(None if pending is None else await upgrader.upgrade(item, pending, site))
     headers = next((o.headers for o in outcomes if o is not None and o.headers), [])
     if all(o is None or o.message is None for o in outcomes):
         return None, headers

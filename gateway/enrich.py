@@ -1,0 +1,275 @@
+"""The one enrichment step: classify → resolve → render, failing open, counted.
+
+Every place that meets a failure calls it: the HTTP failure path (`proxy.failure_path`),
+every MCP transport (`mcp.upgrade`, for the Streamable HTTP route, the bridge and stdio) and
+`mendpoint explain`. They differ only in how a classified failure is rendered (a response for
+the mode, or a rewritten JSON-RPC message), which they pass in as a function.
+
+Takes an `Observation` (what the rules look at) and a `FailureContext` (who asked, in which
+mode, where to write the outcome down); returns the rendering, or None for "send the
+original bytes". The step runs under `enrich_budget_ms`: running over it, or any exception
+inside it (the rendering included), returns None: the gateway never makes a response worse
+than no gateway (docs/spec.md, resolution guarantees). `CancelledError` is never caught.
+
+Each classification is counted once, in every mode, `original` included (shadow traffic shows
+what would change): `mendpoint_failures_total`, and for a failure only a shipped default
+matched `mendpoint_unmatched_failures_total` and the signature `mendpoint gaps` reports; a
+route with `capture:` records the exchange for `mendpoint suggest`. The request's access
+record gets the code, rule and mode, or the reason it fell back.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from gateway.capture import CapturedFailure, Captures, sample_draw
+from gateway.classify import Classifier, Observation, Verdict
+from gateway.config.loaded import LoadedConfig
+from gateway.config.models import CaptureSpec
+from gateway.envelope import FailureFacts, Rendering, render
+from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery
+from gateway.logs import AccessRecord
+from gateway.observe import ENVELOPES, FAILURES, FALLBACKS, UNMATCHED, FallbackReason, status_class
+from gateway.redact import Redactor
+from gateway.resolve.callers import Caller
+from gateway.resolve.catalog import Catalog
+from gateway.resolve.service import RecoveryService, Situation
+from gateway.signatures import SignatureBook
+
+log = logging.getLogger("mendpoint.enrich")
+
+T = TypeVar("T")
+Render = Callable[[Verdict, Recovery, int], T | None]
+"""The verdict, its recovery block and the request's duration so far → what to send (None:
+the original). Called in every mode; in `original` mode with no recovery resolved."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSink:
+    """Where a route's `capture:` records its failing exchanges (for `mendpoint suggest`)."""
+
+    spec: CaptureSpec
+    captures: Captures
+    redactor: Redactor
+
+
+@dataclass(frozen=True, slots=True)
+class FailureContext:
+    """Who met the failure and how they want it delivered; built on failure paths only."""
+
+    route: str
+    mode: Mode
+    request_id: str
+    caller: Caller
+    situation: Situation
+    started: float
+    """`time.monotonic()` when the request began: `meta.duration_ms` counts from here."""
+    record: AccessRecord | None = None
+    signatures: SignatureBook | None = None
+    capture: CaptureSink | None = None
+
+
+def fell_back(route: str, record: AccessRecord | None, reason: FallbackReason) -> None:
+    """The original response goes out instead of an upgraded one: counted and logged."""
+    if record is not None:
+        record.fallback = reason.value
+    FALLBACKS.labels(route=route, reason=reason.value).inc()
+
+
+def failure_facts(obs: Observation, request_id: str, duration_ms: int = 0) -> FailureFacts:
+    """What a rendering needs of the upstream's answer, the same for the proxy and `explain`.
+
+    `Retry-After` counts as sent when the header is there at all, whatever its value: the
+    proxy relays the upstream's value and never adds a second one.
+    """
+    return FailureFacts(
+        request_id=request_id,
+        duration_ms=duration_ms,
+        upstream_status=obs.status,
+        content_type=obs.content_type,
+        body=obs.body,
+        body_json=obs.json if obs.body is not None else None,
+        transport=obs.transport,
+        upstream_retry_after="Retry-After" in obs.headers,
+    )
+
+
+class Enricher:
+    """Classifier, recovery service, header prefix and budgets of one config, compiled once."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        recovery: RecoveryService,
+        *,
+        prefix: str,
+        budget_s: float,
+        resolver_budget_s: float,
+        live: bool = True,
+    ) -> None:
+        self.classifier = classifier
+        self.recovery = recovery
+        self.prefix = prefix
+        self.budget_s = budget_s
+        self.resolver_budget_s = resolver_budget_s
+        self.live = live
+        """False for offline use (`explain`, fixtures): nothing is counted or logged as a
+        fallback, and there is no budget."""
+
+    @classmethod
+    def build(cls, loaded: LoadedConfig) -> Enricher:
+        """The data path's step: the config's budgets, its resolver (local or remote)."""
+        config = loaded.config
+        return cls(
+            Classifier(loaded),
+            RecoveryService.build(loaded),
+            prefix=config.headers.prefix,
+            budget_s=config.enrich_budget_ms / 1000,
+            resolver_budget_s=config.resolver.budget_ms / 1000,
+        )
+
+    @classmethod
+    def offline(cls, loaded: LoadedConfig, classifier: Classifier | None = None) -> Enricher:
+        """The step as `explain` runs it: no budget, the local catalog, nothing counted."""
+        spec = loaded.config.resolver
+        catalog = Catalog.build(loaded.skills, loaded.policies)
+        return cls(
+            classifier or Classifier(loaded),
+            RecoveryService(catalog, spec.max_options),
+            prefix=loaded.config.headers.prefix,
+            budget_s=math.inf,
+            resolver_budget_s=math.inf,
+            live=False,
+        )
+
+    async def response(self, obs: Observation, ctx: FailureContext) -> Rendering | None:
+        """The step for an HTTP answer: headers and body for `ctx.mode`, None for the original."""
+        return await self.enrich(obs, ctx, functools.partial(self.rendering, obs, ctx))
+
+    async def enrich(self, obs: Observation, ctx: FailureContext, render: Render[T]) -> T | None:
+        """Classify, resolve and `render` within the budget; None means "send the original".
+
+        Offline (`explain`) nothing is caught: a rule that cannot be evaluated is reported.
+        """
+        begun = time.monotonic()
+        if not self.live:
+            return await self._enrich(obs, ctx, render, math.inf)
+        try:
+            async with self.recovery.budget(self.budget_s):
+                result = await self._enrich(obs, ctx, render, begun + self.budget_s)
+        except TimeoutError:
+            self._fell_back(ctx, FallbackReason.ENRICH_BUDGET)
+            return None
+        except Exception:
+            log.exception("enrichment failed; original sent request_id=%s", ctx.request_id)
+            self._fell_back(ctx, FallbackReason.EXCEPTION)
+            return None
+        if time.monotonic() - begun > self.budget_s:
+            self._fell_back(ctx, FallbackReason.ENRICH_BUDGET)
+            return None
+        if result is not None and ctx.mode is not Mode.ORIGINAL and self.live:
+            ENVELOPES.labels(route=ctx.route, mode=ctx.mode.value).inc()
+        return result
+
+    async def _enrich(
+        self, obs: Observation, ctx: FailureContext, render: Render[T], deadline: float
+    ) -> T | None:
+        verdict = self.classifier.classify(obs, deadline)
+        if verdict is None:
+            return None
+        failure = verdict.failure
+        if self.live:
+            self._count(obs, ctx, failure, verdict.rule.id, verdict.rule.is_default)
+        recovery = NO_RECOVERY
+        if ctx.mode is not Mode.ORIGINAL or obs.transport is not None:
+            # In `original` mode nothing shows the options: no resolver call for shadow traffic.
+            recovery = await self.recovery.recover_within(
+                self.resolver_budget_s, failure, ctx.caller, ctx.situation, ctx.request_id
+            )
+        return render(verdict, recovery, int((time.monotonic() - ctx.started) * 1000))
+
+    def rendering(
+        self,
+        obs: Observation,
+        ctx: FailureContext,
+        verdict: Verdict,
+        recovery: Recovery,
+        duration_ms: int,
+    ) -> Rendering | None:
+        """The HTTP answer's changes for `ctx.mode` (None: the upstream's answer as it came)."""
+        if ctx.mode is Mode.ORIGINAL and obs.transport is None:
+            return None  # counted; the upstream's answer goes out as it came
+        facts = failure_facts(obs, ctx.request_id, duration_ms)
+        return render(ctx.mode, verdict.failure, recovery, facts, self.prefix)
+
+    @staticmethod
+    def _count(
+        obs: Observation, ctx: FailureContext, failure: Failure, rule: str, is_default: bool
+    ) -> None:
+        record = ctx.record
+        if record is not None:
+            record.failure_code, record.rule, record.mode = failure.code, rule, ctx.mode.value
+            record.retryable, record.retry_after_ms = failure.retryable, failure.retry_after_ms
+        FAILURES.labels(
+            route=ctx.route,
+            category=failure.category.value,
+            code=failure.code,
+            rule=rule,
+            mode=ctx.mode.value,
+        ).inc()
+        if ctx.capture is not None:
+            _capture(obs, ctx, ctx.capture, failure, rule, is_default)
+        if not is_default:
+            return
+        if obs.status is not None:
+            status, kind = str(obs.status), status_class(obs.status)
+        elif obs.transport is not None:
+            status, kind = f"transport:{obs.transport}", "transport"
+        else:
+            status, kind = "mcp", "mcp"
+        UNMATCHED.labels(route=ctx.route, status_class=kind).inc()
+        if ctx.signatures is not None:
+            ctx.signatures.record(ctx.route, status, failure.message)
+
+    def _fell_back(self, ctx: FailureContext, reason: FallbackReason) -> None:
+        if not self.live:
+            return
+        log.warning(
+            "enrichment fell back (%s); original sent request_id=%s", reason.value, ctx.request_id
+        )
+        fell_back(ctx.route, ctx.record, reason)
+
+    async def close(self) -> None:
+        await self.recovery.close()
+
+
+def _capture(
+    obs: Observation,
+    ctx: FailureContext,
+    sink: CaptureSink,
+    failure: Failure,
+    rule: str,
+    is_default: bool,
+) -> None:
+    """Record the failing exchange, redacted and sampled, for `mendpoint suggest`."""
+    captured = CapturedFailure(
+        route=ctx.route,
+        method=obs.method,
+        path=obs.path,
+        status=obs.status,
+        transport=obs.transport.value if obs.transport is not None else None,
+        headers=obs.headers,
+        body=obs.body,
+        request_id=ctx.request_id,
+        rule=rule,
+        code=failure.code,
+        default_rule=is_default,
+        message=failure.message,
+    )
+    sink.captures.record(sink.spec, captured, sink.redactor, sample_draw())
