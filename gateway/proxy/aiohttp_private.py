@@ -15,7 +15,8 @@ The names, by what needs them:
   keeps one timer and moves a timestamp instead (hundreds of handles fewer per 10 MB body).
 - `RelayResponse` overrides `StreamResponse._prepare_headers`, the step in which aiohttp
   defaults a missing Content-Type to application/octet-stream: a transparent proxy must not
-  claim a type the origin never sent.
+  claim a type the origin never sent. (`relay.RewrittenResponse`, a rewritten error body,
+  inherits it without naming anything private.)
 - `server_handler_kwargs` reads `web.Server._kwargs`, the request-handler settings aiohttp's
   `Server.__call__` passes to each `RequestHandler`. The gateway builds its own handler
   (`GatewayProtocol`, precise 414/431 statuses) with the same settings.

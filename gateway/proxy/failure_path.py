@@ -23,7 +23,7 @@ from gateway.proxy.body import decoded_for_matching
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.headers import client_response_headers
-from gateway.proxy.relay import relay
+from gateway.proxy.relay import RewrittenResponse, relay
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.streams import read_capped
 
@@ -84,7 +84,7 @@ async def answer_upstream_failure(
     echo_request_id(headers, ctx.record)
     body = apply_rendering(headers, rendering)
     if body is not None:
-        return web.Response(
+        return RewrittenResponse(
             status=upstream.status, reason=upstream.reason, body=body, headers=headers
         )
     return await relay(ctx.request, upstream, headers, prefix, complete=complete)

@@ -16,6 +16,11 @@ from gateway.proxy.upstream import UPSTREAM_ERRORS
 log = logging.getLogger("mendpoint.proxy")
 
 
+class RewrittenResponse(RelayResponse, web.Response):
+    """A rewritten error body: whole in memory, but with no Content-Type the upstream did not
+    send either (an `additive` body keeps the upstream's type, or its lack of one)."""
+
+
 async def relay(
     request: web.Request,
     upstream: UpstreamResponse,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -25,11 +24,17 @@ import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from multidict import CIMultiDictProxy
 
 from gateway.app import GatewayServer
 from gateway.config.loader import load_config
-from gateway.proxy.state import STATE
+from tests.support.failopen import (
+    STEPS,
+    Answer,
+    ask,
+    assert_original,
+    inject_fault,
+    sha,
+)
 from tests.support.gateway import (
     RunningGateway,
     StartGateway,
@@ -38,8 +43,6 @@ from tests.support.gateway import (
     write_config,
 )
 
-ADVISORY = ("X-Error-Code", "X-Error-Retryable", "X-Error-Recoverable", "X-Recovery-Available")
-IGNORED = frozenset({"date", "via", "x-request-id", "server"})
 UPSTREAM_ERROR = {"error": "Row at line 2 has 4 columns, expected 3", "trace": "t-1"}
 SKILL = {
     "name": "schema.infer_csv_schema",
@@ -58,38 +61,6 @@ CSV_RULE = {
         "recovery_intent": "format_inspection",
     },
 }
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def comparable(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:
-    return sorted((k.lower(), v) for k, v in headers.items() if k.lower() not in IGNORED)
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    headers: CIMultiDictProxy[str]
-    body: bytes
-    seconds: float
-
-
-async def ask(session: aiohttp.ClientSession, url: str, method: str = "POST") -> Answer:
-    started = time.monotonic()
-    async with session.request(method, url) as response:
-        body = await response.read()
-        return Answer(response.status, response.headers, body, time.monotonic() - started)
-
-
-def assert_original(got: Answer, direct: Answer) -> None:
-    """Byte for byte what the upstream sent, and nothing the gateway would have added."""
-    assert got.status == direct.status
-    assert sha(got.body) == sha(direct.body)
-    assert comparable(got.headers) == comparable(direct.headers)
-    for name in ADVISORY:
-        assert name not in got.headers
 
 
 @pytest.fixture
@@ -212,13 +183,6 @@ async def test_enrichment_over_budget_sends_identical_bytes(
     assert_original(got, direct)
 
 
-STEPS = {
-    "classify": ("classifier", "classify"),
-    "render": ("gateway.enrich", "render"),
-    "message-template": ("gateway.classify.engine", "build_failure"),
-}
-
-
 @pytest.mark.parametrize(("owner", "attribute"), list(STEPS.values()), ids=list(STEPS))
 async def test_an_enrichment_step_that_raises_sends_identical_bytes(
     owner: str,
@@ -229,15 +193,7 @@ async def test_an_enrichment_step_that_raises_sends_identical_bytes(
 ) -> None:
     """Fault injection: one step of classify → render raises; the caller never notices."""
     gateway = await start_gateway({**route_config(csv_upstream), "rules": [CSV_RULE]})
-
-    def explode(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("injected")
-
-    if owner == "classifier":
-        target: object = gateway.server.runner.app[STATE].current.classifier
-        monkeypatch.setattr(target, attribute, explode)
-    else:
-        monkeypatch.setattr(f"{owner}.{attribute}", explode)
+    inject_fault(monkeypatch, gateway, owner, attribute)
     direct = await ask(gateway.session, csv_upstream + "/csv")
     got = await ask(gateway.session, gateway.url + "/csv")
     assert_original(got, direct)
