@@ -185,6 +185,13 @@ class Enricher:
             return None
         failure = verdict.failure
         if self.live:
+            log.debug(
+                "classified %s by rule %s (%s) request_id=%s",
+                failure.code,
+                verdict.rule.id,
+                verdict.rule.origin,
+                ctx.request_id,
+            )
             self._count(obs, ctx, failure, verdict.rule.id, verdict.rule.is_default)
         recovery = NO_RECOVERY
         if ctx.mode is not Mode.ORIGINAL or obs.transport is not None:

@@ -25,6 +25,7 @@ from gateway.app import GatewayServer
 from gateway.config.loader import load_config
 from gateway.config.models import RouteSpec
 from tests.support.gateway import StartGateway, write_config
+from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS
 
 SERVERS = MCP_SERVERS
@@ -67,16 +68,6 @@ def call(n: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
 
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 

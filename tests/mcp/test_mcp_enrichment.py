@@ -22,6 +22,7 @@ from aiohttp import web
 from gateway.observe import REGISTRY
 from tests.support.failopen import STEPS, ask, assert_original, inject_fault
 from tests.support.gateway import RunningGateway, StartGateway, StartRaw, StartUpstream
+from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS
 
 ENOENT = "ENOENT: no such file or directory, open '/tmp/fsroot/missing.txt'"
@@ -40,16 +41,6 @@ FAILURE_LABELS = {
     "mode": "additive",
 }
 BAD_SERVER = [sys.executable, str(MCP_SERVERS / "bad_server.py")]
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
 
 
 def metric(name: str, **labels: str) -> float:

@@ -16,22 +16,13 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS
 
 SERVERS = MCP_SERVERS
 BIN = SERVERS / "node_modules" / ".bin"
 SDK_SERVER = [sys.executable, str(SERVERS / "sdk_server.py"), "stdio"]
 MENDPOINT = [sys.executable, "-m", "gateway", "--log-level", "warning", "stdio", "--"]
-INIT: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
 INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
