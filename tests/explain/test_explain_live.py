@@ -96,7 +96,11 @@ class Live:
 
 
 async def live_answer(gateway: RunningGateway, sample: Sample, mode: Mode) -> Live:
-    headers = {"X-Error-Format": mode.value, "X-Request-Id": sample.request_id}
+    headers = {
+        **sample.request_headers,
+        "X-Error-Format": mode.value,
+        "X-Request-Id": sample.request_id,
+    }
     data: bytes | None = None
     if sample.is_mcp:
         headers |= {
