@@ -43,12 +43,17 @@ LIMITS = {"response_timeout_s": 0.3, "connect_timeout_s": 0.3}
 
 @dataclass
 class Script:
-    """What the raw upstream does with the next request: reply, stall, close or babble."""
+    """What the raw upstream does with the next request: reply, stall, close, babble, or
+    answer a TLS handshake in clear text."""
 
     kind: str = "reply"
     reply: bytes = b""
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.kind == "plain":  # the gateway speaks TLS: answering in clear text fails it
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            return
         head = await reader.readuntil(b"\r\n\r\n")
         length = 0
         for line in head.decode("latin-1").split("\r\n")[1:]:
@@ -139,6 +144,9 @@ def upstream_for(case: FixtureCase, script: Script, raw_url: str, backlog: str) 
     }
     if case.transport in targets:
         return targets[case.transport]
+    if case.transport is TransportKind.TLS:
+        script.kind = "plain"
+        return raw_url.replace("http://", "https://")
     script.kind = (
         {
             TransportKind.READ_TIMEOUT: "stall",
