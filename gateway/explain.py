@@ -62,7 +62,10 @@ class Sample:
             error = _json_or_text(self.body)
             if not isinstance(error, dict):
                 error = {"code": self.jsonrpc_code, "message": str(error)}
-            return {"jsonrpc": "2.0", "id": SAMPLE_RPC_ID, "error": error}
+            # The server's own error, replayed: not one the gateway makes (mcp/rpc_errors.py).
+            response: dict[str, Any] = {"jsonrpc": "2.0", "id": SAMPLE_RPC_ID}
+            response["error"] = error
+            return response
         content = [{"type": "text", "text": self.body.decode("utf-8", "replace")}]
         result = {"content": content, "isError": True}
         return {"jsonrpc": "2.0", "id": SAMPLE_RPC_ID, "result": result}
