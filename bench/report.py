@@ -252,6 +252,12 @@ def rules_table(rules: dict[str, Any] | None) -> str:
         ratio_text = f"{value / same['10']:.2f}{TIMES}" if "10" in same else "—"
         label = f"{int(count):,}, all on one status and path prefix"
         lines.append(f"| {label} | {value:.1f} µs | {ratio_text} |")
+    packs = rules.get("stack_packs_us", {})
+    if "fallbacks" in packs and "with_stack_packs" in packs:
+        alone, full = packs["fallbacks"], packs["with_stack_packs"]
+        lines.append(f"| a 400 no stack pack knows, the fallbacks alone | {alone:.1f} µs | — |")
+        ratio = f"{full / alone:.2f}{TIMES} of the fallbacks alone"
+        lines.append(f"| the same 400, every stack pack in front | {full:.1f} µs | {ratio} |")
     return "\n".join(lines)
 
 

@@ -4,7 +4,9 @@ The rule sets model a central gateway in front of many APIs: each API (a first p
 has its own rules, spread over the usual error statuses, with path and JSON conditions. The
 rule that matches is the last custom rule, so a linear scan would pay for every rule before
 it. A second, adversarial set puts every rule on the same status and path prefix (only the
-JSON condition differs): the index cannot narrow that, and the report says so.
+JSON condition differs): the index cannot narrow that, and the report says so. A last pair
+prices the shipped stack packs: a 400 none of them recognises (the fallback `http-400`
+answers it), classified with the fallbacks alone and with every stack pack in front.
 """
 
 from __future__ import annotations
@@ -75,33 +77,57 @@ def classifier(count: int, same_prefix: bool, root: Path) -> Classifier:
     return Classifier(loaded)
 
 
-def observation() -> Observation:
+GENERIC_400 = '{"error":"Bad Request","message":"quantity must be a positive integer"}'
+PACK_CONFIGS = {
+    "fallbacks": "defaults: false\ninclude: [builtin:http-defaults, builtin:mcp-defaults]\n",
+    "with_stack_packs": "",
+}
+
+
+def observation(body: str = fixtures.ERROR_BODY) -> Observation:
     return Observation(
         route="api",
         method="POST",
         path=fixtures.ERROR_PATH,
         status=fixtures.ERROR_STATUS,
         headers={"content-type": "application/json"},
-        body=fixtures.ERROR_BODY.encode(),
+        body=body.encode(),
         content_type="application/json",
     )
 
 
-def time_classify(engine: Classifier, seconds: float, rounds: int) -> float:
+def stack_pack_cost(seconds: float, rounds: int, root: Path) -> dict[str, float]:
+    """Median µs for a 400 no stack pack recognises: the fallbacks alone, then all packs."""
+    out: dict[str, float] = {}
+    for label, head in PACK_CONFIGS.items():
+        path = root / f"packs-{label}.yaml"
+        path.write_text(head + "routes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n")
+        engine = Classifier(load_config(str(path)))
+        out[label] = time_classify(engine, seconds, rounds, GENERIC_400, "http-400")
+    return out
+
+
+def time_classify(
+    engine: Classifier,
+    seconds: float,
+    rounds: int,
+    body: str = fixtures.ERROR_BODY,
+    rule: str = "csv-malformed",
+) -> float:
     """Median microseconds per classification (a fresh Observation each time, as per request).
 
     Each round runs for about `seconds / rounds`, so a slow (linear) case stays bounded.
     """
     begun = time.perf_counter()
-    verdict = engine.classify(observation())
-    assert verdict is not None and verdict.rule.id == "csv-malformed", verdict
+    verdict = engine.classify(observation(body))
+    assert verdict is not None and verdict.rule.id == rule, verdict
     first = time.perf_counter() - begun
     loops = max(1, min(5000, int(seconds / rounds / max(first, 1e-6))))
     per_call: list[float] = []
     for _ in range(rounds):
         begun = time.perf_counter()
         for _ in range(loops):
-            engine.classify(observation())
+            engine.classify(observation(body))
         per_call.append((time.perf_counter() - begun) / loops * 1e6)
     return statistics.median(per_call)
 
@@ -120,6 +146,7 @@ def main() -> int:
         for count in (counts[0], counts[-1]):
             engine = classifier(count, True, Path(tmp))
             result["same_prefix_median_us"][str(count)] = time_classify(engine, seconds, rounds)
+        result["stack_packs_us"] = stack_pack_cost(seconds, rounds, Path(tmp))
     if not args.smoke:
         medians, same = result["median_us"], result["same_prefix_median_us"]
         result["ratio_10000_to_10"] = medians["10000"] / medians["10"]

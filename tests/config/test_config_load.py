@@ -234,6 +234,32 @@ def test_defaults_false_keeps_an_explicitly_listed_default_pack_last(tmp_path: P
     assert ids[5:] == _default_rule_ids(("http-defaults",))
 
 
+def test_a_listed_stack_pack_is_matched_where_listed_and_only_once(tmp_path: Path) -> None:
+    """`include: [builtin:stripe]` puts Stripe's rules first; the other stack packs follow."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "include: [builtin:stripe]\nroutes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n",
+        encoding="utf-8",
+    )
+    loaded = load_config(str(path))
+    order = [name.removeprefix(BUILTIN_PREFIX) for name in loaded.packs[1:]]
+    others = [name for name in SHAPE_PACKS if name != "stripe"]
+    assert order == ["stripe", *others, *DEFAULT_PACKS]
+    ids = [r.spec.id for r in loaded.rules]
+    assert len(ids) == len(set(ids))
+
+
+def test_defaults_false_turns_the_stack_packs_off_too(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "defaults: false\ninclude: [builtin:django]\n"
+        "routes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n",
+        encoding="utf-8",
+    )
+    loaded = load_config(str(path))
+    assert {r.source.file for r in loaded.rules} == {"builtin:django"}
+
+
 def test_minimal_config_is_one_route_and_the_defaults(tmp_path: Path) -> None:
     path = tmp_path / "min.yaml"
     path.write_text("routes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n", encoding="utf-8")
