@@ -11,20 +11,9 @@ import pytest
 
 from tests.support.gateway import free_port
 from tests.support.paths import MCP_SERVERS
+from tests.support.upstreams import wait_listening
 
 SDK_SERVER = MCP_SERVERS / "sdk_server.py"
-
-
-async def wait_listening(port: int) -> None:
-    for _ in range(200):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        return
-    raise AssertionError(f"SDK server did not listen on {port}")
 
 
 @pytest.fixture
@@ -42,7 +31,7 @@ async def sdk_server(request: pytest.FixtureRequest) -> AsyncIterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        await wait_listening(port)
+        await wait_listening(port, process)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()

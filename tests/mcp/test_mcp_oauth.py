@@ -26,6 +26,7 @@ from pydantic import AnyUrl
 
 from tests.support.gateway import StartGateway, free_port, route_config
 from tests.support.paths import MCP_SERVERS
+from tests.support.upstreams import wait_listening
 
 CALLBACK = "http://127.0.0.1:1/callback"  # never visited: the redirect is read, not followed
 
@@ -34,18 +35,6 @@ CALLBACK = "http://127.0.0.1:1/callback"  # never visited: the redirect is read,
 class OAuthServers:
     authorization: str
     resource: str
-
-
-async def wait_listening(port: int) -> None:
-    for _ in range(400):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        return
-    raise AssertionError(f"nothing listens on {port}")
 
 
 @pytest.fixture
@@ -60,8 +49,8 @@ async def oauth_servers() -> AsyncIterator[OAuthServers]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        await wait_listening(as_port)
-        await wait_listening(rs_port)
+        await wait_listening(as_port, process)
+        await wait_listening(rs_port, process)
         yield OAuthServers(f"http://127.0.0.1:{as_port}", f"http://127.0.0.1:{rs_port}")
     finally:
         process.terminate()

@@ -23,7 +23,7 @@ async def uvicorn_server(app: str = "tests.support.asgi_app:app") -> AsyncIterat
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        await _wait_listening(port, process)
+        await wait_listening(port, process)
         yield f"http://127.0.0.1:{port}"
     finally:
         if process.returncode is None:
@@ -36,10 +36,11 @@ async def uvicorn_server(app: str = "tests.support.asgi_app:app") -> AsyncIterat
                 await process.wait()
 
 
-async def _wait_listening(port: int, process: asyncio.subprocess.Process) -> None:
+async def wait_listening(port: int, process: asyncio.subprocess.Process) -> None:
+    """Until something accepts connections on loopback `port` (10 s), unless `process` exits."""
     for _ in range(200):
         if process.returncode is not None:
-            raise RuntimeError(f"uvicorn exited with {process.returncode}")
+            raise RuntimeError(f"the server exited with {process.returncode}")
         try:
             _, writer = await asyncio.open_connection("127.0.0.1", port)
         except OSError:
@@ -47,4 +48,4 @@ async def _wait_listening(port: int, process: asyncio.subprocess.Process) -> Non
             continue
         writer.close()
         return
-    raise RuntimeError("uvicorn did not start listening within 10 s")
+    raise RuntimeError(f"nothing listened on port {port} within 10 s")
