@@ -15,4 +15,7 @@ MCP_SESSION_ID = "Mcp-Session-Id"
 """The MCP Streamable HTTP session: relayed as sent on an upstream route; on a bridge route,
 the id of the bridge session (and its child process) that answers."""
 
-__all__ = ["MCP_SESSION_ID", "REQUEST_ID"]
+ERROR_FORMAT = "X-Error-Format"
+"""The shape a caller asks its failures in (a mode), honoured when the route allows it."""
+
+__all__ = ["ERROR_FORMAT", "MCP_SESSION_ID", "REQUEST_ID"]

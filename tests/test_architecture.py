@@ -214,7 +214,7 @@ def test_test_modules_import_only_the_support_package(path: Path) -> None:
     assert test_imports == set()
 
 
-HEADER_NAMES = {"x-request-id", "mcp-session-id"}
+HEADER_NAMES = {"x-request-id", "mcp-session-id", "x-error-format"}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])

@@ -16,7 +16,7 @@ from __future__ import annotations
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
+from gateway.header_names import ERROR_FORMAT, MCP_SESSION_ID, REQUEST_ID
 
 ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
 ALLOW_HEADERS = (
@@ -28,7 +28,7 @@ ALLOW_HEADERS = (
     "Mcp-Name",
     "Mcp-Protocol-Version",
     MCP_SESSION_ID,
-    "X-Error-Format",
+    ERROR_FORMAT,
     REQUEST_ID,
 )
 EXPOSE_HEADERS = ", ".join(

@@ -19,12 +19,12 @@ from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
 from gateway.enrich import CaptureSink, FailureContext, fell_back
 from gateway.failure import Mode
-from gateway.header_names import REQUEST_ID
+from gateway.header_names import ERROR_FORMAT, REQUEST_ID
 from gateway.logs import AccessRecord
 from gateway.observe import FallbackReason
 from gateway.proxy.client import ResponseDeadline
 from gateway.proxy.headers import visible_ascii
-from gateway.proxy.routes import MODE_HEADER, Route, choose_mode
+from gateway.proxy.routes import Route, choose_mode
 from gateway.proxy.state import CAPTURES, SIGNATURES, GatewayState
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
@@ -66,7 +66,7 @@ class RequestContext:
     def mode(self) -> Mode:
         caller = self.caller
         rollout_key = caller.name if caller.name is not None else f"peer:{self.request.remote}"
-        requested = self.request.headers.get(MODE_HEADER)
+        requested = self.request.headers.get(ERROR_FORMAT)
         return choose_mode(self.route, requested, rollout_key, self.request_id)
 
     @property

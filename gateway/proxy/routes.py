@@ -15,7 +15,6 @@ from gateway.proxy.client import Origin
 
 log = logging.getLogger("mendpoint")
 
-MODE_HEADER = "X-Error-Format"
 _MODES = {m.value: m for m in Mode}
 _RANK = {Mode.ORIGINAL: 0, Mode.HEADERS: 1, Mode.ADDITIVE: 2, Mode.ENVELOPE: 3}
 
