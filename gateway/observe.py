@@ -99,6 +99,12 @@ FALLBACKS = Counter(
     ["route", "reason"],
     registry=REGISTRY,
 )
+UPSTREAM_REPLAYS = Counter(
+    "mendpoint_upstream_replays_total",
+    "Requests sent once more on a fresh connection: a reused one had been closed by the "
+    "upstream before any answer (docs/transparency.md)",
+    registry=REGISTRY,
+)
 UNMATCHED = Counter(
     "mendpoint_unmatched_failures_total",
     "Failures only a shipped default rule matched (see /gaps for their signatures)",

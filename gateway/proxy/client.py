@@ -58,6 +58,7 @@ from gateway.config.models import LimitsSpec, TlsSpec
 from gateway.config.tls import tls_context
 from gateway.failure import TransportKind
 from gateway.logs import Throttled
+from gateway.observe import UPSTREAM_REPLAYS
 from gateway.proxy.aiohttp_private import LazyReadTimeoutProtocol
 from gateway.proxy.body import RequestBody
 
@@ -322,6 +323,7 @@ class UpstreamClient:
                     if total_handle is not None:
                         total_handle.cancel()
                     raise
+                UPSTREAM_REPLAYS.inc()
                 log.info(
                     "upstream %s:%d closed a reused connection before answering (%s); "
                     "sending the %s once more on a new connection",

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 import gateway.proxy.client as upstream_client
+from gateway.observe import REGISTRY
 from tests.support.gateway import StartGateway, StartRaw, route_config
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
@@ -107,11 +108,14 @@ async def test_a_dead_reused_connection_is_replayed_only_when_safe(
     seen = Upstream()
     upstream = await start_raw(closes_second_request_unanswered(seen))
     gateway = await start_gateway(route_config(upstream.url, mode="envelope"))
+    replays_before = REGISTRY.get_sample_value("mendpoint_upstream_replays_total") or 0.0
     async with httpx.AsyncClient() as client:
         first = await client.get(gateway.url + "/warm")
         second = await client.request(method, gateway.url + "/thing", content=b"x" * size)
     assert first.status_code == 200
     line = f"{method} /thing HTTP/1.1".encode()
+    replays = REGISTRY.get_sample_value("mendpoint_upstream_replays_total") or 0.0
+    assert replays - replays_before == (1.0 if replayed else 0.0)
     if replayed:
         assert (second.status_code, second.content) == (200, b"ok")
         assert seen.requests[1:] == [(1, line), (2, line)]
