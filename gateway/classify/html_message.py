@@ -36,9 +36,10 @@ _SOURCE_EXT = (
 _PATH = regex.compile(
     r"file://\S+"
     r"|[A-Za-z]:\\[^\s:\"'<>]+"
-    rf"|(?:/[\w.@+~-]+)+\.(?:{_SOURCE_EXT})\b(?::\d+)*"
+    rf"|(?<![\w/.@+~-])(?:/[\w.@+~-]+)+\.(?:{_SOURCE_EXT})\b(?::\d+)*"
     r"|/(?:home|usr|var|opt|srv|root|tmp|etc|Users|private|proc|nix)/[^\s:\"'<>)]*"
-    r"|\S*(?:node_modules|site-packages|dist-packages)\S*"
+    # From a token's start only: `\S*` tried at every offset of a long token is quadratic.
+    r"|(?<!\S)\S*?(?:node_modules|site-packages|dist-packages)\S*"
 )
 _SPACES = regex.compile(r"[ \t\r\f\v\u00a0]+")
 _STATUS_PREFIX = regex.compile(
@@ -110,7 +111,9 @@ def _heading(text: str) -> str:
 
 
 def _clean(text: str) -> str:
-    first = scrub(text).strip().split("\n", 1)[0]
+    # The first line only, bounded before any regex runs: a 16 KiB line of one token must
+    # not cost the event loop more than a short one does.
+    first = scrub(text.strip().split("\n", 1)[0][: DETAIL_LIMIT * 4]).strip()
     first = str(_SPACES.sub(" ", first)).strip(" :-")
     return first if len(first) <= DETAIL_LIMIT else first[: DETAIL_LIMIT - 1] + "…"
 
