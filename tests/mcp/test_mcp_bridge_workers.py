@@ -22,6 +22,7 @@ from mcp import Client
 
 from gateway import workers
 from tests.support.gateway import free_port
+from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, REPO
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
@@ -106,17 +107,8 @@ async def post(url: str, message: dict[str, Any], session_id: str | None) -> tup
 
 async def test_every_request_of_a_session_reaches_its_child(gateway: str) -> None:
     url = gateway + "/mcp"
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    status, _, session_id = await post(url, init, None)
+
+    status, _, session_id = await post(url, INIT, None)
     assert status == 200 and session_id
     notified = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert (await post(url, notified, session_id))[0] == 202

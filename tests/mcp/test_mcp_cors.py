@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.gateway import RunningGateway, StartGateway, route_config
+from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS
 
 PAGE = "http://localhost:6274"
@@ -24,16 +25,6 @@ PREFLIGHT = {
     "Origin": PAGE,
     "Access-Control-Request-Method": "POST",
     "Access-Control-Request-Headers": "content-type,mcp-protocol-version,mcp-session-id",
-}
-INIT: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "page", "version": "1"},
-    },
 }
 
 

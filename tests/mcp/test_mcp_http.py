@@ -13,6 +13,7 @@ from aiohttp import web
 from mcp import Client
 
 from tests.support.gateway import StartGateway, StartUpstream, route_config
+from tests.support.mcp import INIT
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["2025-11-25", "2026-07-28"])
@@ -231,17 +232,7 @@ async def test_a_replayed_failure_is_upgraded_like_its_first_delivery(
     back upgraded, as it did the first time (docs/mcp.md, "Streamable HTTP routes")."""
     gateway = await start_gateway(route_config(sdk_server, type="mcp"))
     accept = {"Accept": "application/json, text/event-stream"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    started = await gateway.request("POST", "/mcp", json=init, headers=accept)
+    started = await gateway.request("POST", "/mcp", json=INIT, headers=accept)
     session = {**accept, "Mcp-Session-Id": started.headers["Mcp-Session-Id"]}
     await started.read()
     notified = {"jsonrpc": "2.0", "method": "notifications/initialized"}

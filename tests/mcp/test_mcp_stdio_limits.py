@@ -12,20 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS
 
 EVERYTHING = MCP_SERVERS / "node_modules" / ".bin" / "mcp-server-everything"
 RELAY = [sys.executable, "-m", "gateway", "--log-level", "warning", "stdio"]
-INIT: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
+
 INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 LIMIT = 64 * 1024
 
