@@ -13,7 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.body_text import BodyText, body_text
 from gateway.failure import Failure, Mode, Recovery, TransportKind
+from gateway.json_insert import ObjectText, members_text, scan_document, scan_object_at
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
@@ -59,10 +61,10 @@ def render(
         )
     if mode is Mode.ENVELOPE or synthesized:
         return Rendering(headers, dump(envelope(failure, recovery, facts)), JSON_TYPE)
-    merged = additive(facts.body_json, failure, recovery, facts.request_id)
+    merged = additive(facts.body, facts.content_type, failure, recovery, facts.request_id)
     if merged is None:
         return Rendering(headers)
-    return Rendering(headers, dump(merged), None)
+    return Rendering(headers, merged, None)
 
 
 def advisory_headers(
@@ -130,26 +132,60 @@ def envelope(failure: Failure, recovery: Recovery, facts: FailureFacts) -> dict[
 
 
 def additive(
-    body: Any, failure: Failure, recovery: Recovery, request_id: str
-) -> dict[str, Any] | None:
-    """The upstream object with failure fields added only where absent; None if not an object."""
-    if not isinstance(body, dict):
+    body: bytes | None, content_type: str, failure: Failure, recovery: Recovery, request_id: str
+) -> bytes | None:
+    """The upstream's JSON object with failure members inserted where absent; None when the
+    body is not one JSON object in a text it declares (it then passes untouched).
+
+    Only inserts: every byte the upstream wrote stays as it was, in its own charset
+    (docs/transparency.md, Additive mode). Where the fields go is docs/spec.md's `additive`.
+    """
+    decoded = None if body is None else body_text(body, content_type)
+    if body is None or decoded is None:
         return None
-    merged = dict(body)
+    text = decoded.text
+    top = scan_document(text)
+    if top is None:
+        return None
     fields = error_object(failure, recovery, request_id)
     failure_block = failure_object(failure)
-    existing = merged.get("error")
-    if existing is None:
-        merged["error"] = fields
-    elif isinstance(existing, dict):
-        merged["error"] = {**existing, **{k: v for k, v in fields.items() if k not in existing}}
-    else:
+    present = top.names()
+    inserts: list[tuple[int, ObjectText, list[tuple[str, Any]]]] = []
+    top_additions: list[tuple[str, Any]] = []
+    error = top.last("error")
+    inner = None if error is None else scan_object_at(text, error.start)
+    if error is None:
+        top_additions.append(("error", fields))
+    elif inner is not None:
+        missing = [(k, v) for k, v in fields.items() if k not in inner.names()]
+        inserts.append((inner.tail, inner, missing))
+    else:  # `"error": "Bad Request"`, a list, or null: left as it is
         failure_block.update({k: v for k, v in fields.items() if k not in failure_block})
-    merged.setdefault("failure", failure_block)
-    merged.setdefault("recovery", recovery.to_json())
-    merged.setdefault("recoverable", failure.recoverable)
-    merged.setdefault("recovery_available", recovery.available)
-    return merged
+    for name, value in (
+        ("failure", failure_block),
+        ("recovery", recovery.to_json()),
+        ("recoverable", failure.recoverable),
+        ("recovery_available", recovery.available),
+    ):
+        if name not in present:
+            top_additions.append((name, value))
+    inserts.append((top.tail, top, top_additions))
+    return _spliced(body, decoded, inserts)
+
+
+def _spliced(
+    body: bytes, decoded: BodyText, inserts: list[tuple[int, ObjectText, list[tuple[str, Any]]]]
+) -> bytes:
+    """The body's own bytes with each insertion's members, in its encoding, at its place."""
+    out: list[bytes] = []
+    done = 0
+    for position, found, additions in sorted(inserts, key=lambda i: i[0]):
+        at = decoded.offset(position)
+        out.append(body[done:at])
+        out.append(decoded.encode_json(members_text(found, additions)))
+        done = at
+    out.append(body[done:])
+    return b"".join(out)
 
 
 def dump(value: Any) -> bytes:

@@ -36,6 +36,8 @@ LAYERS = {
     "gateway.redact": 2,
     "gateway.capture": 2,
     "gateway.trust": 0,
+    "gateway.body_text": 0,
+    "gateway.json_insert": 0,
     "gateway.config": 1,
     "gateway.reload": 1,
     "gateway.classify": 2,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.body_text import body_text
 from gateway.failure import TransportKind
 
 _UNSET: Any = object()
@@ -50,9 +51,10 @@ class Observation:
 
     @property
     def text(self) -> str | None:
-        """The body as text (UTF-8, invalid bytes replaced), or None when unavailable."""
+        """The body as text in the charset it declares (a BOM, else Content-Type's, else
+        UTF-8; gateway.body_text), invalid UTF-8 replaced; None when unavailable."""
         if self._text is _UNSET:
-            self._text = None if self.body is None else self.body.decode("utf-8", "replace")
+            self._text = None if self.body is None else _decoded(self.body, self.content_type)
         result: str | None = self._text
         return result
 
@@ -62,6 +64,11 @@ class Observation:
         if self._json is _UNSET:
             self._json = _parse_json(self.text)
         return self._json
+
+
+def _decoded(body: bytes, content_type: str) -> str:
+    declared = body_text(body, content_type)
+    return declared.text if declared is not None else body.decode("utf-8", "replace")
 
 
 def _parse_json(text: str | None) -> Any:

@@ -44,6 +44,7 @@ TRANSIENT = Failure(
     rule_id="http-429",
     from_default_rule=True,
 )
+JSON = "application/json"
 OPTION = RecoveryOption(1, "schema.infer_csv_schema", "1.0.0", "Inspect the CSV", "data.csv")
 
 
@@ -110,16 +111,17 @@ def test_envelope_keeps_non_json_original_as_text() -> None:
         ({"message": "m"}, "added"),
         ({"error": {"code": "E1", "message": "theirs"}}, "merged"),
         ({"error": "Bad Request"}, "left"),
-        ({"error": None}, "added"),
+        ({"error": None}, "left"),
     ],
     ids=["no-error", "error-object", "error-string", "error-null"],
 )
 def test_additive_adds_only_where_absent(upstream: dict[str, Any], expected_error: str) -> None:
-    merged = additive(upstream, CORRECTABLE, NO_RECOVERY, "req-1")
-    assert merged is not None
+    """A null `error` is a value the upstream wrote: left as it is, like a string."""
+    spliced = additive(json.dumps(upstream).encode(), JSON, CORRECTABLE, NO_RECOVERY, "req-1")
+    assert spliced is not None
+    merged = json.loads(spliced)
     for key, value in upstream.items():
-        if key != "error" or value is not None:
-            assert merged[key] == value or key == "error"
+        assert merged[key] == value or key == "error"
     assert merged["failure"]["code"] == "CSV_MALFORMED"
     assert merged["recovery"] == {"available": False, "options": []}
     assert merged["recoverable"] is True and merged["recovery_available"] is False
@@ -132,7 +134,7 @@ def test_additive_adds_only_where_absent(upstream: dict[str, Any], expected_erro
         assert merged["error"]["fix_required"] == "Make every row match the header"
         assert merged["error"]["recovery_available"] is False
     else:
-        assert merged["error"] == "Bad Request"
+        assert merged["error"] == upstream["error"]
         assert merged["failure"]["fix_required"] == "Make every row match the header"
         assert merged["failure"]["request_id"] == "req-1"
 
@@ -141,7 +143,8 @@ def test_additive_adds_only_where_absent(upstream: dict[str, Any], expected_erro
     "body", [[1, 2], "text", 3, None], ids=["array", "string", "number", "none"]
 )
 def test_additive_leaves_non_objects_alone(body: Any) -> None:
-    assert additive(body, CORRECTABLE, NO_RECOVERY, "r") is None
+    raw = None if body is None else json.dumps(body).encode()
+    assert additive(raw, JSON, CORRECTABLE, NO_RECOVERY, "r") is None
     rendering = render(Mode.ADDITIVE, CORRECTABLE, NO_RECOVERY, facts(body), "X-Error-")
     assert rendering.body is None
     assert ("X-Error-Code", "CSV_MALFORMED") in rendering.headers
