@@ -38,6 +38,7 @@ LAYERS = {
     "gateway.trust": 0,
     "gateway.body_text": 0,
     "gateway.json_insert": 0,
+    "gateway.accept": 0,
     "gateway.config": 1,
     "gateway.reload": 1,
     "gateway.classify": 2,
