@@ -20,6 +20,7 @@ record gets the code, rule and mode, or the reason it fell back.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -28,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from gateway.accept import prefers_json
 from gateway.capture import CapturedFailure, Captures, sample_draw
 from gateway.classify import Classifier, Observation, Verdict
 from gateway.config.loaded import LoadedConfig
-from gateway.config.models import CaptureSpec
-from gateway.envelope import FailureFacts, Rendering, render
+from gateway.config.models import CaptureSpec, MetaOriginalSpec, RouteSpec
+from gateway.envelope import KEEP_ALL, FailureFacts, Rendering, render
 from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery
 from gateway.logs import AccessRecord
 from gateway.observe import ENVELOPES, FAILURES, FALLBACKS, UNMATCHED, FallbackReason, status_class
@@ -73,6 +75,24 @@ class FailureContext:
     record: AccessRecord | None = None
     signatures: SignatureBook | None = None
     capture: CaptureSink | None = None
+    json_clients: bool = False
+    """The route answers an HTML or text error with the envelope to a client that prefers
+    JSON (`routes[].json_for_json_clients`); HTTP routes only."""
+    prefers_json: bool = False
+    """The request's `Accept` prefers JSON over HTML (`gateway.accept.prefers_json`)."""
+    original: MetaOriginalSpec = KEEP_ALL
+    """What an envelope's `meta.original` keeps of the body (`routes[].meta_original`)."""
+
+
+def as_route_answers(ctx: FailureContext, spec: RouteSpec, accept: str | None) -> FailureContext:
+    """`ctx` with what an HTTP route and the request's `Accept` decide about the body: the
+    proxy and `explain` both build their context with this, so they answer alike."""
+    return dataclasses.replace(
+        ctx,
+        json_clients=spec.json_for_json_clients and spec.type == "http",
+        prefers_json=prefers_json(accept),
+        original=spec.meta_original,
+    )
 
 
 def fell_back(route: str, record: AccessRecord | None, reason: FallbackReason) -> None:
@@ -82,14 +102,14 @@ def fell_back(route: str, record: AccessRecord | None, reason: FallbackReason) -
     FALLBACKS.labels(route=route, reason=reason.value).inc()
 
 
-def failure_facts(obs: Observation, request_id: str, duration_ms: int = 0) -> FailureFacts:
+def failure_facts(obs: Observation, ctx: FailureContext, duration_ms: int = 0) -> FailureFacts:
     """What a rendering needs of the upstream's answer, the same for the proxy and `explain`.
 
     `Retry-After` counts as sent when the header is there at all, whatever its value: the
     proxy relays the upstream's value and never adds a second one.
     """
     return FailureFacts(
-        request_id=request_id,
+        request_id=ctx.request_id,
         duration_ms=duration_ms,
         upstream_status=obs.status,
         content_type=obs.content_type,
@@ -97,6 +117,9 @@ def failure_facts(obs: Observation, request_id: str, duration_ms: int = 0) -> Fa
         body_json=obs.json if obs.body is not None else None,
         transport=obs.transport,
         upstream_retry_after="Retry-After" in obs.headers,
+        json_clients=ctx.json_clients,
+        prefers_json=ctx.prefers_json,
+        original=ctx.original,
     )
 
 
@@ -111,9 +134,13 @@ class Enricher:
         prefix: str,
         budget_s: float,
         resolver_budget_s: float,
+        redactor: Redactor,
         live: bool = True,
     ) -> None:
         self.classifier = classifier
+        self.redactor = redactor
+        """Applied to what the gateway copies out of a body: the failure's message and
+        fields, an envelope's `meta.original`, captured exchanges (docs/security.md)."""
         self.recovery = recovery
         self.prefix = prefix
         self.budget_s = budget_s
@@ -132,6 +159,7 @@ class Enricher:
             prefix=config.headers.prefix,
             budget_s=config.enrich_budget_ms / 1000,
             resolver_budget_s=config.resolver.budget_ms / 1000,
+            redactor=Redactor.build(config.redaction),
         )
 
     @classmethod
@@ -145,6 +173,7 @@ class Enricher:
             prefix=loaded.config.headers.prefix,
             budget_s=math.inf,
             resolver_budget_s=math.inf,
+            redactor=Redactor.build(loaded.config.redaction),
             live=False,
         )
 
@@ -183,7 +212,9 @@ class Enricher:
         verdict = self.classifier.classify(obs, deadline)
         if verdict is None:
             return None
-        failure = verdict.failure
+        failure = self.redactor.failure(verdict.failure)
+        if failure is not verdict.failure:
+            verdict = Verdict(failure, verdict.rule)
         if self.live:
             log.debug(
                 "classified %s by rule %s (%s) request_id=%s",
@@ -212,8 +243,8 @@ class Enricher:
         """The HTTP answer's changes for `ctx.mode` (None: the upstream's answer as it came)."""
         if ctx.mode is Mode.ORIGINAL and obs.transport is None:
             return None  # counted; the upstream's answer goes out as it came
-        facts = failure_facts(obs, ctx.request_id, duration_ms)
-        return render(ctx.mode, verdict.failure, recovery, facts, self.prefix)
+        facts = failure_facts(obs, ctx, duration_ms)
+        return render(ctx.mode, verdict.failure, recovery, facts, self.prefix, self.redactor)
 
     @staticmethod
     def _count(

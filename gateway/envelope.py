@@ -4,6 +4,11 @@ Takes a `Failure`, its `Recovery` and what the upstream sent; returns a `Renderi
 headers to add and, when the body changes, the new body and content type. The status is never
 changed here. Header values are built only from rule constants and booleans, so nothing the
 upstream wrote can put CR/LF or other bytes into a header.
+
+In `additive` mode an HTML or text page is the upstream's to send, except to a client that
+prefers JSON on a route that answers such clients with JSON (`routes[].json_for_json_clients`):
+that client gets the envelope, and every answer that depended on `Accept` says so in `Vary`.
+`meta.original` carries what the route's `meta_original` keeps of the body, redacted.
 """
 
 from __future__ import annotations
@@ -14,11 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.body_text import BodyText, body_text
+from gateway.config.models import MetaOriginalSpec
 from gateway.failure import Failure, Mode, Recovery, TransportKind
 from gateway.json_insert import ObjectText, members_text, scan_document, scan_object_at
+from gateway.redact import Redactor
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
+PAGE_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/plain"})
+"""Bodies a JSON client cannot use: enveloped for it when its route says so."""
+KEEP_ALL = MetaOriginalSpec()
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,12 @@ class FailureFacts:
     body_json: Any = None
     transport: TransportKind | None = None
     upstream_retry_after: bool = False
+    json_clients: bool = False
+    """The route answers a JSON client's HTML or text error with the envelope."""
+    prefers_json: bool = False
+    """The request's `Accept` prefers JSON over HTML (`gateway.accept`)."""
+    original: MetaOriginalSpec = KEEP_ALL
+    """What `meta.original` keeps of the body (the route's `meta_original`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +60,17 @@ class Rendering:
 
 
 def render(
-    mode: Mode, failure: Failure, recovery: Recovery, facts: FailureFacts, prefix: str
+    mode: Mode,
+    failure: Failure,
+    recovery: Recovery,
+    facts: FailureFacts,
+    prefix: str,
+    redactor: Redactor | None = None,
 ) -> Rendering:
-    """The response changes for `mode`; a `body` of None means "send the upstream's body"."""
+    """The response changes for `mode`; a `body` of None means "send the upstream's body".
+
+    `redactor` cleans what `meta.original` copies of the body (the failure's message and
+    fields come already redacted from the enrichment step)."""
     headers = advisory_headers(failure, recovery, prefix, facts.upstream_retry_after)
     synthesized = facts.transport is not None
     if mode is Mode.ORIGINAL:
@@ -60,11 +84,21 @@ def render(
             TEXT_TYPE if synthesized else None,
         )
     if mode is Mode.ENVELOPE or synthesized:
-        return Rendering(headers, dump(envelope(failure, recovery, facts)), JSON_TYPE)
+        return Rendering(headers, dump(envelope(failure, recovery, facts, redactor)), JSON_TYPE)
     merged = additive(facts.body, facts.content_type, failure, recovery, facts.request_id)
-    if merged is None:
-        return Rendering(headers)
-    return Rendering(headers, merged, None)
+    if merged is not None:
+        return Rendering(headers, merged, None)
+    if facts.json_clients and is_page(facts.content_type):
+        headers.append(("Vary", "Accept"))  # a cache must not give one client's answer to the other
+        if facts.prefers_json:
+            body = dump(envelope(failure, recovery, facts, redactor))
+            return Rendering(headers, body, JSON_TYPE)
+    return Rendering(headers)
+
+
+def is_page(content_type: str) -> bool:
+    """An HTML or plain-text body (the media type, parameters aside)."""
+    return content_type.partition(";")[0].strip().lower() in PAGE_TYPES
 
 
 def advisory_headers(
@@ -110,13 +144,15 @@ def failure_object(failure: Failure) -> dict[str, Any]:
     }
 
 
-def envelope(failure: Failure, recovery: Recovery, facts: FailureFacts) -> dict[str, Any]:
+def envelope(
+    failure: Failure, recovery: Recovery, facts: FailureFacts, redactor: Redactor | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "duration_ms": facts.duration_ms,
         "upstream_status": facts.upstream_status,
         "rule": failure.rule_id,
         "exit_code": failure.exit_code,
-        "original": _original(facts),
+        "original": _original(facts, redactor),
     }
     if facts.transport is not None:
         meta["transport"] = facts.transport.value
@@ -192,13 +228,24 @@ def dump(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _original(facts: FailureFacts) -> dict[str, Any] | None:
+def _original(facts: FailureFacts, redactor: Redactor | None) -> dict[str, Any] | None:
+    """The upstream's body as `meta.original` keeps it: whole, cut or left out (its length
+    said), redacted before it is cut so a secret is never half kept."""
     if facts.transport is not None or facts.body is None:
         return None
-    body: Any = facts.body_json
+    original: dict[str, Any] = {"content_type": facts.content_type or None}
+    keep = facts.original
+    if keep.body == "none":
+        return {**original, "body": None, "bytes": len(facts.body)}
+    text = facts.body.decode("utf-8", "replace")
+    if keep.body == "truncated" and len(facts.body) > keep.max_bytes:
+        clean = text if redactor is None else redactor.text(text)
+        cut = clean.encode("utf-8")[: keep.max_bytes].decode("utf-8", "ignore")
+        return {**original, "body": cut, "truncated": True, "bytes": len(facts.body)}
+    body: Any = facts.body_json if redactor is None else redactor.body(text, facts.body_json)
     if body is None:
-        body = facts.body.decode("utf-8", "replace")
-    return {"content_type": facts.content_type or None, "body": body}
+        body = text
+    return {**original, "body": body}
 
 
 def _plain_reason(failure: Failure) -> bytes:

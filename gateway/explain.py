@@ -20,10 +20,10 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from gateway.classify import Observation, Verdict
 from gateway.classify.observation import carries_idempotency_key
 from gateway.config.loaded import LoadedConfig
-from gateway.enrich import Enricher, FailureContext
+from gateway.enrich import Enricher, FailureContext, as_route_answers
 from gateway.envelope import JSON_TYPE, Rendering, dump
 from gateway.failure import Mode, Recovery, TransportKind
-from gateway.header_names import REQUEST_ID
+from gateway.header_names import ACCEPT, REQUEST_ID
 from gateway.mcp.jsonrpc import Pending, encode
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.failure_path import apply_rendering, matchable, synthesised
@@ -138,7 +138,11 @@ async def explain(
     )
     operation = route.operation_for(method, path)
     situation = Situation(operation=operation, route=route.spec.name)
-    ctx = _failure_context(route.spec.name, mode, caller, sample.request_id, situation)
+    ctx = as_route_answers(
+        _failure_context(route.spec.name, mode, caller, sample.request_id, situation),
+        route.spec,
+        sample.request_headers.get(ACCEPT),
+    )
 
     def explained(
         verdict: Verdict, recovery: Recovery, duration_ms: int

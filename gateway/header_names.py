@@ -18,4 +18,8 @@ the id of the bridge session (and its child process) that answers."""
 ERROR_FORMAT = "X-Error-Format"
 """The shape a caller asks its failures in (a mode), honoured when the route allows it."""
 
-__all__ = ["ERROR_FORMAT", "MCP_SESSION_ID", "REQUEST_ID"]
+ACCEPT = "Accept"
+"""Read on failures only: a client that prefers JSON gets an HTML or text error as the
+envelope (`gateway/accept.py`, `routes[].json_for_json_clients`)."""
+
+__all__ = ["ACCEPT", "ERROR_FORMAT", "MCP_SESSION_ID", "REQUEST_ID"]

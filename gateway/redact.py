@@ -1,19 +1,24 @@
 """Redaction: secrets cut out of text the gateway copies somewhere new (docs/security.md).
 
 A debug page or an echoing API can put a bearer token, a `password=` pair, an AWS key or a
-private key into an error body. Whatever the gateway copies out of a body (captured
-exchanges for `mendpoint suggest`, and what the envelope copies) passes `Redactor.text`
-first, so a secret travels no further than it already had. The shipped patterns are on
-unless `redaction.builtin: false`; `redaction.patterns` adds more.
+private key into an error body. Whatever the gateway copies out of a body passes `Redactor`
+first, so a secret travels no further than it already had: captured exchanges for
+`mendpoint suggest`, a failure's `message` and `fields` (`Redactor.failure`, in the one
+enrichment step, so every shape, MCP's included, gets them clean) and an envelope's
+`meta.original` (`Redactor.body`). The upstream's own bytes and members are never touched.
+The shipped patterns are on unless `redaction.builtin: false`; `redaction.patterns` adds more.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 import regex
 
 from gateway.config.models import RedactionSpec
+from gateway.failure import Failure, FieldError
 
 MASK = "[REDACTED]"
 TIMEOUT_S = 0.05
@@ -22,8 +27,13 @@ TIMEOUT_S = 0.05
 BUILTIN = (
     # PEM private keys, whole.
     (r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",),
-    # Authorization schemes with their credentials.
-    (r"(?i)(?P<keep>\b(?:bearer|basic|token|apikey)\s+)[A-Za-z0-9._~+/=\-]{8,}",),
+    # Authorization schemes with their credentials. A credential has a digit or a change of
+    # case inside it; an English word after "token" ("CSRF token missing.", "the security
+    # token included in …") has neither, and the messages that say so must stay whole.
+    (
+        r"(?i)(?P<keep>\b(?:bearer|basic|token|apikey)\s+)"
+        r"(?-i:(?=[A-Za-z0-9._~+/=\-]*(?:[0-9]|[a-z][A-Z]))[A-Za-z0-9._~+/=\-]{8,})",
+    ),
     # JSON Web Tokens anywhere.
     (r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}",),
     # AWS access key ids.
@@ -55,6 +65,31 @@ class Redactor:
             except TimeoutError:
                 return MASK
         return value
+
+    def failure(self, failure: Failure) -> Failure:
+        """`failure` with its message and fields redacted (the same object when clean)."""
+        message = self.text(failure.message)
+        fields = tuple(FieldError(self.text(f.field), self.text(f.message)) for f in failure.fields)
+        if message == failure.message and fields == failure.fields:
+            return failure
+        return dataclasses.replace(failure, message=message, fields=fields)
+
+    def body(self, text: str, parsed: object) -> object:
+        """A body as `meta.original` carries it: `parsed` (its JSON, or None) when nothing
+        was masked; else the redacted text, parsed again when it still is JSON.
+
+        The text is redacted whole, not value by value, so a `"password": "…"` pair is
+        caught by its name."""
+        clean = self.text(text)
+        if clean == text:
+            return text if parsed is None else parsed
+        if parsed is None:
+            return clean
+        try:
+            reparsed: object = json.loads(clean)
+        except ValueError:
+            return clean
+        return reparsed
 
     def value(self, data: object) -> object:
         """A parsed JSON value with every string redacted (keys kept)."""

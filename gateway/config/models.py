@@ -279,6 +279,15 @@ class OperationSpec(Strict):
     name: str = Field(min_length=1, max_length=128)
 
 
+class MetaOriginalSpec(Strict):
+    """What an envelope's `meta.original` carries of the upstream's body (docs/security.md):
+    all of it (as today), its first `max_bytes` (cut where the body is longer, with
+    `truncated: true`), or none of it (its content type and length only)."""
+
+    body: Literal["full", "truncated", "none"] = "full"
+    max_bytes: int = Field(default=4096, ge=64, le=1_048_576)
+
+
 class RouteSpec(Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     prefix: str = Field(default="/", pattern=r"^/")
@@ -294,6 +303,10 @@ class RouteSpec(Strict):
     preserve_host: bool = False
     strip_prefix: bool = False
     tls: TlsSpec | None = None  # only for https:// upstreams
+    # Additive mode, HTTP routes: an HTML or text error answers a client whose Accept prefers
+    # JSON with the envelope (docs/configuration.md#routes).
+    json_for_json_clients: bool = True
+    meta_original: MetaOriginalSpec = Field(default_factory=MetaOriginalSpec)
     # MCP routes only (docs/mcp.md): the DNS-rebinding defence and the stdio bridge.
     allowed_origins: list[str] | None = None
     allowed_hosts: list[str] | None = None
@@ -332,6 +345,8 @@ class RouteSpec(Strict):
                     raise ValueError(f"{key} is only for type: mcp routes")
         elif (self.upstream is None) == (self.command is None):
             raise ValueError("an mcp route needs exactly one of upstream (a URL) or command")
+        elif "json_for_json_clients" in self.model_fields_set:
+            raise ValueError("json_for_json_clients is only for type: http routes")
         if self.tls is not None and not (self.upstream or "").startswith("https://"):
             raise ValueError("tls is only for https:// upstreams")
         if self.command is None:

@@ -17,9 +17,9 @@ from multidict import CIMultiDict
 
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
-from gateway.enrich import CaptureSink, FailureContext, fell_back
+from gateway.enrich import CaptureSink, FailureContext, as_route_answers, fell_back
 from gateway.failure import Mode
-from gateway.header_names import ERROR_FORMAT, REQUEST_ID
+from gateway.header_names import ACCEPT, ERROR_FORMAT, REQUEST_ID
 from gateway.logs import AccessRecord
 from gateway.observe import FallbackReason
 from gateway.proxy.client import ResponseDeadline
@@ -89,6 +89,14 @@ class RequestContext:
             record=self.record,
             signatures=self.request.app[SIGNATURES],
             capture=self._capture_sink(),
+        )
+
+    def answer_context(self, mode: Mode | None = None) -> FailureContext:
+        """The context of an HTTP answer: `failure_context` with what the route and the
+        request's `Accept` decide about the body (JSON for JSON clients, `meta.original`)."""
+        spec = self.route.spec
+        return as_route_answers(
+            self.failure_context(mode=mode), spec, self.request.headers.get(ACCEPT)
         )
 
     def _capture_sink(self) -> CaptureSink | None:

@@ -79,7 +79,7 @@ async def answer_upstream_failure(
         body=matched,
         content_type=content_type,
     )
-    rendering = await ctx.state.enricher.response(obs, ctx.failure_context(mode=mode))
+    rendering = await ctx.state.enricher.response(obs, ctx.answer_context(mode))
     headers = client_response_headers(upstream.headers)
     echo_request_id(headers, ctx.record)
     body = apply_rendering(headers, rendering)
@@ -99,7 +99,7 @@ async def answer_transport_failure(ctx: RequestContext, kind: TransportKind) -> 
         ctx.request_id,
     )
     obs = ctx.observation(transport=kind)
-    rendering = await ctx.state.enricher.response(obs, ctx.failure_context())
+    rendering = await ctx.state.enricher.response(obs, ctx.answer_context())
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: ctx.request_id})
     status, body = synthesised(kind, headers, rendering)
     return web.Response(status=status, body=body, headers=headers)

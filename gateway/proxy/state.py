@@ -36,13 +36,14 @@ class GatewayState:
     @classmethod
     def build(cls, loaded: LoadedConfig) -> GatewayState:
         """Compile everything a request needs; raises nothing a validated config can cause."""
+        enricher = Enricher.build(loaded)
         return cls(
             loaded,
-            Enricher.build(loaded),
+            enricher,
             RouteTable(loaded.config.routes),
             CallerDirectory.build(loaded.callers),
             TrustedProxies.build(loaded.config.trusted_proxies),
-            Redactor.build(loaded.config.redaction),
+            enricher.redactor,  # compiled once per config, for captures and envelopes alike
         )
 
     @property

@@ -3,6 +3,8 @@ gateway with no config file."""
 
 from __future__ import annotations
 
+import json
+
 from gateway.config.loader import embedded_config
 from tests.support.frameworks import FrameworkApp, live_failure
 from tests.support.gateway import StartGateway
@@ -75,6 +77,7 @@ async def test_a_development_500_keeps_its_secrets_out_of_the_message(
     assert failure.envelope["meta"]["rule"] == "express-stack-trace-500"
     assert "hunter2" not in failure.error["message"]
     assert "10.0.0.5" not in failure.error["message"]
+    assert "hunter2" not in json.dumps(failure.envelope)  # nor in meta.original: redacted
 
 
 async def test_oversized_body(

@@ -66,6 +66,11 @@ async def exchange_raw(
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+    return parse_response(raw)
+
+
+def parse_response(raw: bytes) -> RawResponse:
+    """A whole HTTP/1.1 response as read off the wire (or printed by `curl -i`)."""
     head, _, body = raw.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers: CIMultiDict[str] = CIMultiDict()
