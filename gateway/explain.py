@@ -195,7 +195,10 @@ def _http_answer(sample: Sample, rendering: Rendering | None) -> Answer:
         assert sample.status is not None
         headers = client_response_headers(CIMultiDictProxy(sample.headers))
         headers.setdefault(REQUEST_ID, sample.request_id)  # as `echo_request_id`: theirs kept
-        status, body = sample.status, apply_rendering(headers, rendering) or sample.body
+        status, body = (
+            sample.status,
+            apply_rendering(headers, rendering, sample.status) or sample.body,
+        )
     headers["Content-Length"] = str(len(body))
     return Answer(status, headers, body)
 

@@ -37,10 +37,11 @@ from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.aiohttp_private import RelayResponse
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext
-from gateway.proxy.failure_path import BODY_BOUND_HEADERS, answer_transport_failure
+from gateway.proxy.failure_path import answer_transport_failure
 from gateway.proxy.forward import plain
 from gateway.proxy.headers import client_response_headers, visible_ascii
 from gateway.proxy.relay import relay
+from gateway.proxy.rewritten_headers import drop_body_bound
 from gateway.proxy.upstream import UPSTREAM_ERRORS, call_upstream, transport_kind
 from gateway.streams import read_capped
 
@@ -145,8 +146,7 @@ async def _answer_json(
     headers.extend(extra)
     if new is None:
         return await relay(request, upstream, headers, raw, complete=True)
-    for name in BODY_BOUND_HEADERS:
-        headers.popall(name, None)
+    drop_body_bound(headers, upstream.status)
     return web.Response(status=upstream.status, reason=upstream.reason, body=new, headers=headers)
 
 
@@ -164,8 +164,7 @@ async def _answer_metadata(
     new = oauth.rewrite_metadata(raw, ctx.route) if whole else None
     if new is None:
         return await relay(request, upstream, headers, raw, complete=whole)
-    for name in BODY_BOUND_HEADERS:
-        headers.popall(name, None)
+    drop_body_bound(headers, upstream.status)
     return web.Response(status=upstream.status, reason=upstream.reason, body=new, headers=headers)
 
 

@@ -24,24 +24,13 @@ from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import RewrittenResponse, relay
+from gateway.proxy.rewritten_headers import drop_body_bound
 from gateway.proxy.upstream import UPSTREAM_ERRORS, transport_kind
 from gateway.streams import read_capped
 
 log = logging.getLogger("mendpoint.proxy")
 
 NO_BODY_STATUSES = frozenset({204, 304})
-# Headers that describe the upstream's exact bytes; wrong once the body is rewritten.
-BODY_BOUND_HEADERS = (
-    "Content-Length",
-    "Content-Encoding",
-    "ETag",
-    "Content-MD5",
-    "Digest",
-    "Content-Digest",
-    "Repr-Digest",
-    "Content-Range",
-    "Accept-Ranges",
-)
 STREAM_TYPES = ("text/event-stream", "multipart/x-mixed-replace")
 
 
@@ -82,7 +71,7 @@ async def answer_upstream_failure(
     rendering = await ctx.state.enricher.response(obs, ctx.answer_context(mode))
     headers = client_response_headers(upstream.headers)
     echo_request_id(headers, ctx.record)
-    body = apply_rendering(headers, rendering)
+    body = apply_rendering(headers, rendering, upstream.status)
     if body is not None:
         return RewrittenResponse(
             status=upstream.status, reason=upstream.reason, body=body, headers=headers
@@ -130,7 +119,9 @@ def matchable(
     return matched, mode, False
 
 
-def apply_rendering(headers: CIMultiDict[str], rendering: Rendering | None) -> bytes | None:
+def apply_rendering(
+    headers: CIMultiDict[str], rendering: Rendering | None, status: int
+) -> bytes | None:
     """Put a rendering onto the headers the client gets; the new body, or None: the upstream's.
 
     `explain` builds its answer with this too, so what it shows is what the proxy sends.
@@ -138,8 +129,7 @@ def apply_rendering(headers: CIMultiDict[str], rendering: Rendering | None) -> b
     if rendering is None:
         return None
     if rendering.body is not None:
-        for name in BODY_BOUND_HEADERS:
-            headers.popall(name, None)
+        drop_body_bound(headers, status)
     headers.extend(rendering.headers)
     if rendering.content_type is not None:
         headers["Content-Type"] = rendering.content_type
@@ -151,7 +141,7 @@ def synthesised(
 ) -> tuple[int, bytes]:
     """Status and body of the answer to an exchange with no response (headers completed)."""
     status = 504 if kind in (TransportKind.CONNECT_TIMEOUT, TransportKind.READ_TIMEOUT) else 502
-    body = apply_rendering(headers, rendering)
+    body = apply_rendering(headers, rendering, status)
     if body is None:
         reason = "Upstream timed out" if status == 504 else "Upstream unavailable"
         body = f"{reason} ({kind.value})\n".encode()
