@@ -9,15 +9,19 @@ in front of real aiohttp upstreams, each request also sent direct to compare.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from gateway.config.loader import load_config
 from gateway.config.models import RedactionSpec
+from gateway.explain import Sample, explain
+from gateway.failure import Mode
 from gateway.redact import Redactor
-from tests.support.gateway import StartGateway, StartUpstream, route_config
+from tests.support.gateway import StartGateway, StartUpstream, route_config, write_config
 
 PASSWORD = "hunter2-Secret"
 BEARER = "abcdefghijklmnop1234"
@@ -230,3 +234,18 @@ def test_words_after_a_scheme_name_are_not_credentials(text: str) -> None:
 @pytest.mark.parametrize(("text", "expected"), MASKED.values(), ids=MASKED.keys())
 def test_credentials_are_masked(text: str, expected: str) -> None:
     assert REDACTOR.text(text) == expected
+
+
+async def test_an_mcp_tool_errors_failure_item_is_redacted(tmp_path: Path) -> None:
+    """The same step serves MCP: the failure item's message is clean, the tool's own text
+    item (the server's words) is left as the server wrote it."""
+    config = route_config("http://127.0.0.1:9", type="mcp", prefix="/mcp")
+    loaded = load_config(str(write_config(tmp_path, config)))
+    said = f"connect failed: password={PASSWORD} key {AWS_KEY}"
+    sample = Sample(path="/mcp", is_mcp=True, tool="db.query", body=said.encode())
+    explained = await explain(loaded, sample, Mode.ADDITIVE)
+    content = json.loads(explained.answer.body)["result"]["content"]
+    assert content[0]["text"] == said
+    item = json.loads(content[-1]["text"])["mendpoint_failure"]
+    assert PASSWORD not in json.dumps(item) and AWS_KEY not in json.dumps(item)
+    assert "password=[REDACTED]" in item["error"]["message"]
