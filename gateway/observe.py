@@ -105,6 +105,18 @@ UPSTREAM_REPLAYS = Counter(
     "upstream before any answer (docs/transparency.md)",
     registry=REGISTRY,
 )
+TUNNELS_OPENED = Counter(
+    "mendpoint_tunnels_opened_total",
+    "WebSocket tunnels opened: the upstream answered the handshake 101 (docs/transparency.md)",
+    ["route"],
+    registry=REGISTRY,
+)
+TUNNELS_CLOSED = Counter(
+    "mendpoint_tunnels_closed_total",
+    "WebSocket tunnels closed, by reason: client_closed, upstream_closed, idle_timeout",
+    ["route", "reason"],
+    registry=REGISTRY,
+)
 UNMATCHED = Counter(
     "mendpoint_unmatched_failures_total",
     "Failures only a shipped default rule matched (see /gaps for their signatures)",

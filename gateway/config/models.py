@@ -457,6 +457,8 @@ class LimitsSpec(Strict):
     max_response_header_bytes: int = Field(default=64 << 10, ge=1024, le=1 << 20)
     max_response_headers: int = Field(default=500, ge=8, le=10_000)
     max_upstream_connections: int = Field(default=256, ge=1)
+    # A WebSocket tunnel with no byte either way for this long is closed (docs/transparency.md).
+    tunnel_idle_timeout_s: float = Field(default=300, gt=0, le=86_400)
     max_client_connections: int = Field(default=4096, ge=1)
     regex_timeout_ms: int = Field(default=50, ge=1, le=10_000)
 

@@ -157,6 +157,16 @@ class UpstreamResponse:
                 conn.idle_limit = keep_alive_limit(keep_alive, conn.idle_limit)
             self._client._release(self._origin, conn, reusable=self.content.is_eof())
 
+    def detach(self) -> ResponseHandler:
+        """Take the connection out of the pool for good, open, after a 101 Switching Protocols:
+        it now carries a tunnel (`proxy.tunnel`), no longer HTTP, and no longer counts
+        against `limits.max_upstream_connections`. Its per-read timeout is switched off; the
+        tunnel has its own idle timeout."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            raise RuntimeError("the upstream connection was already released")
+        return self._client._detach(conn)
+
     def close(self) -> None:
         """Drop the connection whatever its state (the body will not be read)."""
         conn, self._conn = self._conn, None
@@ -405,7 +415,7 @@ class UpstreamClient:
                 self._over_limits(origin, exc)
                 raise UpstreamFault(TransportKind.INVALID_RESPONSE, repr(exc)) from exc
             # 1xx interim answers (100 Continue, 103 Early Hints) precede the real one; a 101
-            # is final and the caller refuses it, since the gateway never asks to upgrade.
+            # is final: a tunnel when the gateway asked for a WebSocket, else refused.
             if not (100 <= message.code < 200) or message.code == 101:
                 break
             if message.code == 100:
@@ -570,6 +580,15 @@ class UpstreamClient:
             self._wake()
             return
         self._discard(conn)
+
+    def _detach(self, conn: _Connection) -> ResponseHandler:
+        if conn.total is not None:
+            conn.total.cancel()
+            conn.total = None
+        conn.protocol.read_timeout = None  # the lazy timer, if armed, then stops by itself
+        self._open -= 1
+        self._wake()
+        return conn.protocol
 
     def _discard(self, conn: _Connection) -> None:
         conn.protocol.close()

@@ -4,7 +4,8 @@ Request in (routed by `gateway.handler`) → forward (exactly one upstream reque
 `proxy.upstream.call_upstream`, which MCP routes share) → success:
 stream status, headers and body back untouched → failure: `failure_path` reads the error body
 within the cap, classifies, resolves and renders for the mode, failing open to the original
-bytes. Transport faults become synthesised 502/504 failures.
+bytes. Transport faults become synthesised 502/504 failures. A WebSocket handshake the
+upstream accepts (101) becomes a tunnel (`proxy.tunnel`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.failure_path import answer_transport_failure, answer_upstream_failure
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import relay, relay_interim
+from gateway.proxy.tunnel import WEBSOCKET, tunnel, websocket_upgrade
 from gateway.proxy.upstream import call_upstream
 
 log = logging.getLogger("mendpoint.proxy")
@@ -39,13 +41,16 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
             digest=ctx.body_hasher,
             keep_bytes=_replay_bytes(request, limits.replay_body_bytes),
         )
+    upgrade = WEBSOCKET if websocket_upgrade(request) else None
     upstream = await call_upstream(
-        ctx, target, body, interim=functools.partial(relay_interim, request)
+        ctx, target, body, interim=functools.partial(relay_interim, request), upgrade=upgrade
     )
     if isinstance(upstream, TransportKind):
         if body is not None and body.failure is not None:
             return _body_failure(body.failure, ctx.request_id)
         return await answer_transport_failure(ctx, upstream)
+    if upstream.status == 101:  # only ever the answer to a WebSocket handshake
+        return await tunnel(request, ctx, upstream)
     try:
         if upstream.status < 400 and not ctx.state.classifier.has_rules_for(upstream.status):
             headers = client_response_headers(upstream.headers)

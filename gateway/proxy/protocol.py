@@ -8,9 +8,10 @@ Two gaps, both in how a connection ends rather than in how a request is forwarde
 - A request with `Connection: upgrade` and an `Upgrade` aiohttp does not serve (`h2c`, …)
   pauses aiohttp's C parser, which then discards whatever the client pipelined behind it in
   the same read: the next request would never be answered and its client would hang. The
-  gateway never switches protocols (Upgrade is hop-by-hop, never 101), so it answers such a
-  request over HTTP/1.1 and closes the connection after it (`close_after_upgrade_request`);
-  per RFC 9112 §9.3.2 a client then resends what it had pipelined.
+  gateway switches protocols only for a WebSocket tunnel (`proxy.tunnel`, when the upstream
+  answers 101); any other request with Upgrade it answers over HTTP/1.1 and closes the
+  connection after it (`close_after_upgrade_request`); per RFC 9112 §9.3.2 a client then
+  resends what it had pipelined.
 """
 
 from __future__ import annotations
@@ -136,5 +137,7 @@ async def close_after_upgrade_request(request: web.Request, response: web.Stream
     switch protocols, so nothing pipelined behind it waits forever for an answer."""
     if "Upgrade" in request.headers:
         response.force_close()
+        if response.status == 101:  # a WebSocket tunnel (proxy.tunnel): its head says Upgrade
+            return
         # aiohttp has already written its Connection header decision by now: say it here.
         response.headers["Connection"] = "close"

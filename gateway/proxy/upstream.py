@@ -11,6 +11,7 @@ import ssl
 import time
 
 import aiohttp
+from aiohttp import hdrs
 
 from gateway.failure import TransportKind
 from gateway.observe import observe_upstream
@@ -51,6 +52,7 @@ async def call_upstream(
     body: RequestBody | bytes | None,
     *,
     interim: Interim | None = None,
+    upgrade: str | None = None,
 ) -> UpstreamResponse | TransportKind:
     """Send the client's request to the route's upstream, exactly once; its response head,
     or the transport fault that stopped it.
@@ -60,8 +62,9 @@ async def call_upstream(
     body has been sent whole, kept on `ctx` for the error body) and the same fault mapping.
     `interim` is told of 100 Continue and 103 Early Hints (HTTP routes pass them on; MCP
     routes keep aiohttp's immediate 100). A 1xx as the final answer is an invalid response:
-    Upgrade is hop-by-hop, the gateway never asks for one, and a 101 would switch the client's
-    connection to a protocol nobody negotiated.
+    Upgrade is hop-by-hop and a 101 would switch the client's connection to a protocol nobody
+    negotiated; except that `upgrade` (the one protocol the gateway tunnels, "websocket")
+    asks the upstream for it, and then its 101 is the answer (`proxy.tunnel`).
     """
     request, route, record = ctx.request, ctx.route, ctx.record
     client = request.app[UPSTREAM]
@@ -80,6 +83,10 @@ async def call_upstream(
         request_id=record.request_id,
         trusted=ctx.from_trusted_proxy,
     )
+    if upgrade is not None:
+        # Hop-by-hop everywhere else, but this hop is the one the client asked to upgrade.
+        headers[hdrs.UPGRADE] = upgrade
+        headers[hdrs.CONNECTION] = "Upgrade"
     sent = time.monotonic()
     try:
         upstream = await client.request(
@@ -94,7 +101,7 @@ async def call_upstream(
         )
     except UPSTREAM_ERRORS as exc:
         return transport_kind(exc)
-    if upstream.status < 200:
+    if upstream.status < 200 and not (upgrade is not None and upstream.status == 101):
         upstream.close()
         return TransportKind.INVALID_RESPONSE
     record.upstream_ms = (time.monotonic() - sent) * 1000

@@ -1,0 +1,169 @@
+"""WebSocket tunnels, direct and through the gateway, with the `websockets` client.
+
+An aiohttp WebSocket server upstream; the same conversation (text and binary echo, ping/pong,
+a 1 MiB frame, a close from either side) runs against it directly and through the gateway,
+and what the client sees must be the same. A refused handshake is the upstream's answer,
+classified like any failure and never blamed on the client; a silent tunnel is closed after
+`limits.tunnel_idle_timeout_s` (docs/transparency.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from aiohttp import WSMsgType, web
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from gateway.observe import REGISTRY
+from tests.support.gateway import StartGateway, StartUpstream, route_config
+
+BIG = bytes(range(256)) * 4096  # 1 MiB, every byte value
+
+
+async def echo(request: web.Request) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(protocols=("chat",))
+    await ws.prepare(request)
+    async for message in ws:
+        if message.type == WSMsgType.TEXT and message.data == "close please":
+            await ws.close(code=4001, message=b"asked to")
+        elif message.type == WSMsgType.TEXT:
+            await ws.send_str("echo:" + message.data)
+        elif message.type == WSMsgType.BINARY:
+            await ws.send_bytes(message.data[::-1])
+    return ws
+
+
+async def refuse(request: web.Request) -> web.Response:
+    return web.json_response({"error": "not allowed to watch this feed"}, status=403)
+
+
+def upstream_app() -> web.Application:
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    app.router.add_get("/refused", refuse)
+    return app
+
+
+async def conversation(base: str) -> list[Any]:
+    """What a client sees over one tunnel: echoes, a pong, a big frame, its own close."""
+    seen: list[Any] = []
+    async with connect(base + "/ws", subprotocols=["chat"], max_size=None) as ws:  # type: ignore[list-item]
+        seen.append(ws.subprotocol)
+        await ws.send("héllo")
+        seen.append(await ws.recv())
+        await ws.send(b"\x00\x01\x02binary")
+        seen.append(await ws.recv())
+        pong = await ws.ping(b"are you there")
+        seen.append(await asyncio.wait_for(pong, 5) >= 0)
+        await ws.send(BIG)
+        seen.append((await ws.recv()) == BIG[::-1])
+        for n in range(20):  # many small frames, in order
+            await ws.send(f"m{n}")
+        seen.append([await ws.recv() for _ in range(20)])
+        await ws.close(code=1000, reason="bye")
+        seen.append((ws.close_code, ws.close_reason))
+    return seen
+
+
+async def server_close(base: str) -> tuple[int | None, str | None]:
+    async with connect(base + "/ws") as ws:
+        await ws.send("close please")
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 5)
+    received = closed.value.rcvd
+    assert received is not None
+    return received.code, received.reason
+
+
+def ws_url(http_url: str) -> str:
+    return "ws://" + http_url.removeprefix("http://")
+
+
+def tunnels(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, {"route": "api", **labels}) or 0.0
+
+
+async def test_a_conversation_is_the_same_direct_and_through_the_gateway(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    upstream = await start_upstream(upstream_app())
+    gateway = await start_gateway(route_config(upstream))
+    opened = tunnels("mendpoint_tunnels_opened_total")
+    direct = await conversation(ws_url(upstream))
+    proxied = await conversation(ws_url(gateway.url))
+    assert direct[0] == "chat"
+    assert direct[1:3] == ["echo:héllo", b"yranib\x02\x01\x00"]
+    assert direct[-1] == (1000, "")  # aiohttp answers a close with its code only
+    assert proxied == direct
+    assert tunnels("mendpoint_tunnels_opened_total") == opened + 1
+
+
+async def test_a_close_from_the_upstream_reaches_the_client(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    upstream = await start_upstream(upstream_app())
+    gateway = await start_gateway(route_config(upstream))
+    closed = tunnels("mendpoint_tunnels_closed_total", reason="upstream_closed")
+    direct = await server_close(ws_url(upstream))
+    assert direct == (4001, "asked to")
+    assert await server_close(ws_url(gateway.url)) == direct
+    for _ in range(50):  # the gateway counts once its side of the tunnel has ended
+        if tunnels("mendpoint_tunnels_closed_total", reason="upstream_closed") > closed:
+            break
+        await asyncio.sleep(0.05)
+    assert tunnels("mendpoint_tunnels_closed_total", reason="upstream_closed") == closed + 1
+
+
+async def test_a_refused_handshake_is_classified_not_blamed_on_the_client(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    upstream = await start_upstream(upstream_app())
+    gateway = await start_gateway(route_config(upstream))
+    with pytest.raises(InvalidStatus) as direct:
+        async with connect(ws_url(upstream) + "/refused"):
+            pass
+    with pytest.raises(InvalidStatus) as proxied:
+        async with connect(ws_url(gateway.url) + "/refused"):
+            pass
+    assert direct.value.response.status_code == 403
+    assert proxied.value.response.status_code == 403
+    body = json.loads(proxied.value.response.body or b"{}")
+    text = json.dumps(body)
+    assert "BAD_REQUEST" not in text
+    assert "not allowed to watch this feed" in text  # the upstream's own answer, classified
+
+
+async def test_other_upgrades_are_still_answered_over_http(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    upstream = await start_upstream(upstream_app())
+    gateway = await start_gateway(route_config(upstream))
+    response = await gateway.request(
+        "GET", "/ws", headers={"Connection": "Upgrade", "Upgrade": "h2c"}
+    )
+    assert response.status != 101
+    assert response.headers["Connection"] == "close"
+
+
+async def test_a_silent_tunnel_is_closed_after_the_idle_timeout(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    upstream = await start_upstream(upstream_app())
+    config = route_config(upstream)
+    config["limits"] = {"tunnel_idle_timeout_s": 0.5}
+    gateway = await start_gateway(config)
+    idle = tunnels("mendpoint_tunnels_closed_total", reason="idle_timeout")
+    async with connect(ws_url(gateway.url) + "/ws", ping_interval=None) as ws:
+        await ws.send("still here")
+        assert await ws.recv() == "echo:still here"
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+        waited = loop.time() - quiet_since
+    assert 0.3 < waited < 5
+    assert tunnels("mendpoint_tunnels_closed_total", reason="idle_timeout") == idle + 1
