@@ -113,7 +113,7 @@ TUNNELS_OPENED = Counter(
 )
 TUNNELS_CLOSED = Counter(
     "mendpoint_tunnels_closed_total",
-    "WebSocket tunnels closed, by reason: client_closed, upstream_closed, idle_timeout",
+    "WebSocket tunnels closed, by reason: client_closed, upstream_closed, idle_timeout, cancelled",
     ["route", "reason"],
     registry=REGISTRY,
 )

@@ -129,7 +129,11 @@ async def tunnel(
         upstream_protocol.close()
         raise
     TUNNELS_OPENED.labels(route).inc()
-    reason = await _relay(request, upstream_protocol, ctx)
+    try:
+        reason = await _relay(request, upstream_protocol, ctx)
+    except asyncio.CancelledError:  # the gateway is stopping (past shutdown.grace_s)
+        TUNNELS_CLOSED.labels(route, "cancelled").inc()
+        raise
     TUNNELS_CLOSED.labels(route, reason).inc()
     log.info("websocket tunnel on route %s closed: %s", route, reason)
     return response

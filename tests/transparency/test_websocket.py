@@ -22,6 +22,7 @@ from gateway.observe import REGISTRY
 from tests.support.gateway import StartGateway, StartUpstream, route_config
 
 BIG = bytes(range(256)) * 4096  # 1 MiB, every byte value
+HANDSHAKES = web.AppKey("handshakes", list[str])  # the Upgrade each /refused request carried
 
 
 async def echo(request: web.Request) -> web.WebSocketResponse:
@@ -38,11 +39,17 @@ async def echo(request: web.Request) -> web.WebSocketResponse:
 
 
 async def refuse(request: web.Request) -> web.Response:
+    """A feed that refuses this client; a request without the handshake is a 400, as an
+    aiohttp WebSocket endpoint answers one (what the gateway got before it forwarded it)."""
+    request.app[HANDSHAKES].append(request.headers.get("Upgrade", ""))
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return web.json_response({"error": "expected a WebSocket handshake"}, status=400)
     return web.json_response({"error": "not allowed to watch this feed"}, status=403)
 
 
 def upstream_app() -> web.Application:
     app = web.Application()
+    app[HANDSHAKES] = []
     app.router.add_get("/ws", echo)
     app.router.add_get("/refused", refuse)
     return app
@@ -121,7 +128,8 @@ async def test_a_close_from_the_upstream_reaches_the_client(
 async def test_a_refused_handshake_is_classified_not_blamed_on_the_client(
     start_upstream: StartUpstream, start_gateway: StartGateway
 ) -> None:
-    upstream = await start_upstream(upstream_app())
+    app = upstream_app()
+    upstream = await start_upstream(app)
     gateway = await start_gateway(route_config(upstream))
     with pytest.raises(InvalidStatus) as direct:
         async with connect(ws_url(upstream) + "/refused"):
@@ -131,6 +139,7 @@ async def test_a_refused_handshake_is_classified_not_blamed_on_the_client(
             pass
     assert direct.value.response.status_code == 403
     assert proxied.value.response.status_code == 403
+    assert app[HANDSHAKES] == ["websocket", "websocket"]  # the gateway forwarded the handshake
     body = json.loads(proxied.value.response.body or b"{}")
     text = json.dumps(body)
     assert "BAD_REQUEST" not in text
