@@ -47,19 +47,45 @@ BUILTIN = (
 )
 
 
+# Every shipped pattern needs one of these (lower-case) words: a text without any, as most
+# messages are, skips them all for a few substring tests. The enrichment step redacts every
+# failure's message and fields, so this keeps that step cheap (58 -> 5 us for a message and
+# two fields, where a case-insensitive regex alternation alone costs 3-6 us per string).
+BUILTIN_HINTS = (
+    "key",  # PRIVATE KEY, apikey, api_key, access-key, private_key
+    "bearer",
+    "basic",
+    "token",
+    "eyj",
+    "akia",
+    "asia",
+    "agpa",
+    "aida",
+    "aroa",
+    "passw",
+    "pwd",
+    "secret",
+    "credential",
+    "session",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
-    patterns: tuple[regex.Pattern[str], ...]
+    builtin: tuple[regex.Pattern[str], ...]
+    custom: tuple[regex.Pattern[str], ...] = ()
+    """`redaction.patterns`: no hint is known for them, so they always run."""
 
     @classmethod
     def build(cls, spec: RedactionSpec) -> Redactor:
-        sources = [p for (p,) in BUILTIN] if spec.builtin else []
-        sources += spec.patterns
-        return cls(tuple(regex.compile(p) for p in sources))
+        builtin = tuple(regex.compile(p) for (p,) in BUILTIN) if spec.builtin else ()
+        return cls(builtin, tuple(regex.compile(p) for p in spec.patterns))
 
     def text(self, value: str) -> str:
         """`value` with every secret masked; a pattern that times out masks the whole text."""
-        for pattern in self.patterns:
+        lowered = value.lower()
+        hinted = bool(self.builtin) and any(hint in lowered for hint in BUILTIN_HINTS)
+        for pattern in (*self.builtin, *self.custom) if hinted else self.custom:
             try:
                 value = pattern.sub(_mask, value, timeout=TIMEOUT_S)
             except TimeoutError:
