@@ -176,3 +176,27 @@ async def test_a_silent_tunnel_is_closed_after_the_idle_timeout(
         waited = loop.time() - quiet_since
     assert 0.3 < waited < 5
     assert tunnels("mendpoint_tunnels_closed_total", reason="idle_timeout") == idle + 1
+
+
+async def test_a_quiet_tunnel_outlives_the_http_timeouts(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    """After the 101 only `tunnel_idle_timeout_s` applies: the per-read, response, total and
+    keep-alive timeouts are for HTTP exchanges and would cut every quiet WebSocket."""
+    upstream = await start_upstream(upstream_app())
+    config = route_config(upstream)
+    short = 0.3
+    config["limits"] = {
+        "read_timeout_s": short,
+        "response_timeout_s": short,
+        "total_timeout_s": short,
+        "keepalive_timeout_s": short,
+        "tunnel_idle_timeout_s": 30,
+    }
+    gateway = await start_gateway(config)
+    async with connect(ws_url(gateway.url) + "/ws", ping_interval=None) as ws:
+        await ws.send("before")
+        assert await ws.recv() == "echo:before"
+        await asyncio.sleep(short * 4)
+        await ws.send("after")
+        assert await asyncio.wait_for(ws.recv(), 5) == "echo:after"
