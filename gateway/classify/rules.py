@@ -18,7 +18,13 @@ from gateway.classify.observation import Observation
 from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.loaded import SourcedRule
 from gateway.config.models import ErrorSpec, JsonMatch
-from gateway.config.patterns import Pattern, compile_glob, compile_regex, parse_status
+from gateway.config.patterns import (
+    LiteralPattern,
+    Pattern,
+    compile_glob,
+    compile_regex,
+    parse_status,
+)
 from gateway.failure import TransportKind
 
 log = logging.getLogger("mendpoint.classify")
@@ -204,6 +210,10 @@ def _search(
     event loop is blocked. So each search also gets at most what is left of the wall-clock
     deadline, and none starts once it has passed.
     """
+    if isinstance(pattern, LiteralPattern):
+        # A substring test (most header tests) costs next to nothing: it neither needs a
+        # timeout nor gives up a classification whose budget an earlier regex used up.
+        return pattern.search(text)
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise ClassifyTimeout(f"classification deadline passed before rule {rule_id}")
