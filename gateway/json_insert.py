@@ -19,6 +19,7 @@ from typing import Any
 # The json module's own string scanner (C), which typeshed does not declare.
 _scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+_SPACES = frozenset(" \t\n\r")
 
 
 def _refuse_constant(name: str) -> Any:
@@ -27,6 +28,7 @@ def _refuse_constant(name: str) -> Any:
 
 # Strict: refuses NaN/Infinity and raw control characters in strings. Numbers stay text: their
 # values are not needed, and a 5000-digit integer is valid JSON that int() would refuse.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=str, parse_float=str)
 
 
@@ -75,18 +77,12 @@ def scan_object_at(text: str, start: int) -> ObjectText | None:
         return None
 
 
-def members_text(
-    found: ObjectText, additions: Sequence[tuple[str, Any]], ensure_ascii: bool = False
-) -> str:
+def members_text(found: ObjectText, additions: Sequence[tuple[str, Any]]) -> str:
     """The text to insert at `found.tail` to add `additions`, compact, in order."""
     if not additions:
         return ""
-    parts = [
-        json.dumps(name) + ":" + json.dumps(value, ensure_ascii=ensure_ascii, separators=(",", ":"))
-        for name, value in additions
-    ]
     lead = "," if found.members else ""
-    return lead + ",".join(parts)
+    return lead + _COMPACT.encode(dict(additions))[1:-1]
 
 
 def _scan_object(text: str, start: int) -> tuple[ObjectText, int]:
@@ -118,6 +114,8 @@ def _scan_object(text: str, start: int) -> tuple[ObjectText, int]:
 
 
 def _skip(text: str, index: int) -> int:
+    if text[index : index + 1] not in _SPACES:  # compact JSON: most calls skip nothing
+        return index
     match = _WHITESPACE.match(text, index)
     assert match is not None  # the pattern matches the empty string
     return match.end()
