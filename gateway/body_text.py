@@ -68,6 +68,12 @@ def body_text(body: bytes, content_type: str) -> BodyText | None:
     return _decoded(body, _UNMARKED.get(encoding, encoding), b"")
 
 
+def declared_text(body: bytes, content_type: str) -> str:
+    """The body as text for reading: as declared, else UTF-8 with invalid bytes replaced."""
+    declared = body_text(body, content_type)
+    return declared.text if declared is not None else body.decode("utf-8", "replace")
+
+
 def _decoded(body: bytes, encoding: str, bom: bytes) -> BodyText | None:
     raw = body[len(bom) :]
     try:

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.body_text import BodyText, body_text
+from gateway.body_text import BodyText, body_text, declared_text
 from gateway.config.models import MetaOriginalSpec
 from gateway.failure import Failure, Mode, Recovery, TransportKind
 from gateway.json_insert import ObjectText, members_text, scan_document, scan_object_at
@@ -237,7 +237,7 @@ def _original(facts: FailureFacts, redactor: Redactor | None) -> dict[str, Any] 
     keep = facts.original
     if keep.body == "none":
         return {**original, "body": None, "bytes": len(facts.body)}
-    text = facts.body.decode("utf-8", "replace")
+    text = declared_text(facts.body, facts.content_type)
     if keep.body == "truncated" and len(facts.body) > keep.max_bytes:
         clean = text if redactor is None else redactor.text(text)
         cut = clean.encode("utf-8")[: keep.max_bytes].decode("utf-8", "ignore")

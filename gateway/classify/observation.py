@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.body_text import body_text
+from gateway.body_text import declared_text
 from gateway.failure import TransportKind
 
 _UNSET: Any = object()
@@ -54,7 +54,7 @@ class Observation:
         """The body as text in the charset it declares (a BOM, else Content-Type's, else
         UTF-8; gateway.body_text), invalid UTF-8 replaced; None when unavailable."""
         if self._text is _UNSET:
-            self._text = None if self.body is None else _decoded(self.body, self.content_type)
+            self._text = None if self.body is None else declared_text(self.body, self.content_type)
         result: str | None = self._text
         return result
 
@@ -64,11 +64,6 @@ class Observation:
         if self._json is _UNSET:
             self._json = _parse_json(self.text)
         return self._json
-
-
-def _decoded(body: bytes, content_type: str) -> str:
-    declared = body_text(body, content_type)
-    return declared.text if declared is not None else body.decode("utf-8", "replace")
 
 
 def _parse_json(text: str | None) -> Any:

@@ -30,6 +30,7 @@ CASES: dict[str, tuple[bytes, str]] = {
     "utf16-bom": (UTF16, "application/json"),
     "undecodable": (b'{"message":"\xff\xfe bad"}', "application/json; charset=utf-8"),
     "unknown-charset": (b'{"message":"x"}', "application/json; charset=x-no-such"),
+    "latin1-text": ("Ungültige Menge\n".encode("iso-8859-1"), "text/plain; charset=iso-8859-1"),
 }
 
 
@@ -110,3 +111,19 @@ async def test_a_body_that_cannot_be_decoded_as_declared_passes_untouched(
     direct, proxied = await _both(case, start_upstream, start_gateway)
     assert proxied.content == direct.content
     assert proxied.headers["X-Error-Code"] == "BAD_REQUEST"
+
+
+async def test_the_envelope_keeps_the_original_text_in_its_charset(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    upstream = await start_upstream(app())
+    gateway = await start_gateway(route_config(upstream, mode="envelope"))
+    async with httpx.AsyncClient() as client:
+        json_body = (await client.get(f"{gateway.url}/latin1")).json()
+        text_body = (await client.get(f"{gateway.url}/latin1-text")).json()
+    assert json_body["meta"]["original"] == {
+        "content_type": LATIN1_TYPE,
+        "body": {"message": "Ungültige Menge: ½"},
+    }
+    assert json_body["error"]["message"] == "Ungültige Menge: ½"
+    assert text_body["meta"]["original"]["body"] == "Ungültige Menge\n"
