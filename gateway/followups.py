@@ -32,7 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.config.models import FollowupsSpec
-from gateway.observe import FOLLOWUPS, FOLLOWUPS_EVICTED, RECOVERY_SECONDS
+from gateway.observe import FOLLOWUPS_EVICTED, RECOVERY_SECONDS, count_followup
 
 RECOVERY_SAMPLES = 1000  # per (route, code): enough for a stable median, bounded memory
 
@@ -151,7 +151,6 @@ class FollowupBook:
         self._open: OrderedDict[str, OpenFailure] = OrderedDict()
         self._routes: Counter[str] = Counter()
         self._stats: dict[tuple[str, str], CodeStats] = {}
-        self._counters: dict[tuple[str, str, str], Any] = {}
 
     @property
     def enabled(self) -> bool:
@@ -258,11 +257,7 @@ class FollowupBook:
 
     def _count(self, entry: OpenFailure, outcome: Outcome) -> None:
         self._stats_for(entry).outcomes[outcome.value] += 1
-        labels = (entry.route, entry.code, outcome.value)
-        counter = self._counters.get(labels)
-        if counter is None:  # labels() validates and locks on every call: once per series
-            counter = self._counters[labels] = FOLLOWUPS.labels(*labels)
-        counter.inc()
+        count_followup(entry.route, entry.code, outcome.value)
 
     def _observe_recovery(self, entry: OpenFailure, now: float) -> None:
         seconds = max(0.0, now - entry.chain_started)

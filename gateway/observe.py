@@ -229,6 +229,17 @@ def _request_child(route: str, method: str, status_class: str) -> Counter:
     return REQUESTS.labels(route=route, method=method, status_class=status_class)
 
 
+def count_followup(route: str, code: str, outcome: str) -> None:
+    """`FOLLOWUPS` for one settled failure, through a cached child (see `count_request`)."""
+    _followup_child(route, code, outcome).inc()
+
+
+# Bounded: routes and codes come from the config, outcomes from a closed set.
+@functools.lru_cache(maxsize=4096)
+def _followup_child(route: str, code: str, outcome: str) -> Counter:
+    return FOLLOWUPS.labels(route=route, code=code, outcome=outcome)
+
+
 @functools.lru_cache(maxsize=1024)
 def _latency_child(route: str) -> Histogram:
     return UPSTREAM_LATENCY.labels(route=route)

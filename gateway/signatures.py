@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import regex
 
 MAX_TEXT = 160
-_MASKS = (
+# The variable parts of a message (quoted values, ids, emails, numbers) and what each becomes;
+# `mendpoint suggest` turns the same parts into captures.
+VARIABLE_MASKS = (
     (regex.compile(r"\"[^\"]*\"|'[^']*'|`[^`]*`"), "'…'"),
     (
         regex.compile(
@@ -25,8 +27,8 @@ _MASKS = (
     (regex.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b"), "<email>"),
     (regex.compile(r"\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b"), "<id>"),
     (regex.compile(r"\d+(?:[.:,-]\d+)*"), "#"),
-    (regex.compile(r"\s+"), " "),
 )
+_MASKS = (*VARIABLE_MASKS, (regex.compile(r"\s+"), " "))
 
 
 @dataclass(frozen=True, slots=True)

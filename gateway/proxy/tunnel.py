@@ -42,8 +42,8 @@ def websocket_upgrade(request: web.Request) -> bool:
     GET whose Upgrade names websocket and whose Connection names upgrade."""
     if request.method != hdrs.METH_GET:
         return False
-    upgrade = request.headers.get(hdrs.UPGRADE, "")
-    if WEBSOCKET not in (p.strip().lower() for p in upgrade.split(",")):
+    upgrade = request.headers.get(hdrs.UPGRADE)
+    if not upgrade or WEBSOCKET not in (p.strip().lower() for p in upgrade.split(",")):
         return False
     connection = request.headers.get(hdrs.CONNECTION, "")
     return "upgrade" in (p.strip().lower() for p in connection.split(","))

@@ -20,20 +20,15 @@ from typing import Any
 
 import regex
 
+from gateway.config.models import DEFAULT_MESSAGE_PATHS
 from gateway.failure import Category
 from gateway.retrofit.starter import FIX_REQUIRED, TRANSIENT, category_for, upper_snake
-from gateway.signatures import normalise
+from gateway.signatures import VARIABLE_MASKS, normalise
 
 MAX_SAMPLES = 3
-MESSAGE_PATHS = ("error.message", "message", "detail", "error_description", "title", "error")
-# The variable parts `signatures.normalise` masks, as patterns that capture them.
-VARIABLE = regex.compile(
-    r"\"[^\"]*\"|'[^']*'|`[^`]*`"
-    r"|\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
-    r"|\b[\w.+-]+@[\w-]+\.[\w.-]+\b"
-    r"|\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b"
-    r"|\d+(?:[.:,-]\d+)*"
-)
+# The variable parts `signatures.normalise` masks, as one pattern that captures them.
+VARIABLE = regex.compile("|".join(pattern.pattern for pattern, _ in VARIABLE_MASKS))
+MASKED = tuple({mask for _, mask in VARIABLE_MASKS})
 
 
 @dataclass
@@ -142,8 +137,9 @@ def _draft(
 
 
 def _code(signature: str, status: int, taken: set[str]) -> str:
-    stable = VARIABLE.sub(" ", signature.replace("'…'", " ").replace("<id>", " "))
-    stable = stable.replace("<email>", " ").replace("#", " ")
+    stable = signature
+    for mask in MASKED:
+        stable = stable.replace(mask, " ")
     code = upper_snake(stable)[:48].rstrip("_") or f"HTTP_{status}"
     unique, n = code, 2
     while unique in taken:
@@ -154,7 +150,7 @@ def _code(signature: str, status: int, taken: set[str]) -> str:
 
 def _message_path(group: list[Sample]) -> str | None:
     """The JSON path that holds the message in every sample's body, if there is one."""
-    for path in MESSAGE_PATHS:
+    for path in DEFAULT_MESSAGE_PATHS:
         if all(_at(_json(s.body), path) == s.message for s in group):
             return path
     return None
