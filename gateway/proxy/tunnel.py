@@ -103,6 +103,37 @@ async def _pump(source: StreamReader, sink: StreamWriter, activity: _Activity) -
             await sink.write(chunk)
 
 
+class _ClientSide(asyncio.Protocol):
+    """The client connection's protocol once it is a tunnel: bytes go straight to the tunnel's
+    stream; everything else (flow control, the connection's end) to aiohttp's handler.
+
+    aiohttp's handler drops every byte it receives once the server starts shutting down (it
+    marks each connection closing so no new request starts). In a tunnel that would silence
+    the client for the whole `shutdown.grace_s` while the upstream still talks to it.
+    """
+
+    __slots__ = ("_handler", "_stream")
+
+    def __init__(self, handler: asyncio.Protocol, stream: StreamReader) -> None:
+        self._handler = handler
+        self._stream = stream
+
+    def data_received(self, data: bytes) -> None:
+        self._stream.feed_data(data)
+
+    def eof_received(self) -> bool | None:
+        return self._handler.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._handler.resume_writing()
+
+
 def _stream(protocol: BaseProtocol) -> StreamReader:
     loop = asyncio.get_running_loop()
     return StreamReader(protocol, BUFFER_BYTES, loop=loop)
@@ -147,6 +178,8 @@ async def _relay(
     client_protocol = request.protocol
     from_client, from_upstream = _stream(client_protocol), _stream(upstream_protocol)
     client_protocol.set_parser(_Feed(from_client))  # type: ignore[arg-type]
+    if request.transport is not None:
+        request.transport.set_protocol(_ClientSide(client_protocol, from_client))
     upstream_protocol.set_parser(_Feed(from_upstream), from_upstream)
     activity = _Activity(ctx.state.loaded.config.limits.tunnel_idle_timeout_s)
     tasks = {

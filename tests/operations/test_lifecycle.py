@@ -148,3 +148,54 @@ async def test_sighup_reloads_and_sigterm_drains(
         code, stderr = await stop(process)
     assert code == 0, stderr
     assert "config reloaded" in stderr
+
+
+def echo_app() -> web.Application:
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            await ws.send_str("echo:" + message.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    return app
+
+
+async def test_an_open_tunnel_is_in_flight_until_the_grace_ends(
+    start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    """A WebSocket tunnel keeps working through the drain and is closed when `grace_s` runs
+    out; the process still exits 0 (docs/transparency.md, Limits on tunnels)."""
+    upstream = await start_upstream(echo_app())
+    port, admin = free_port(), free_port()
+    grace = 1.5
+    data = {
+        "listen": f"127.0.0.1:{port}",
+        "admin": f"127.0.0.1:{admin}",
+        "routes": [{"name": "api", "upstream": upstream}],
+        "shutdown": {"drain_delay_s": 0.2, "grace_s": grace},
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(data))
+    process = await start("serve", "--config", str(path))
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_ready(session, f"http://127.0.0.1:{admin}/readyz")
+            async with session.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+                await ws.send_str("before")
+                assert (await ws.receive_str()) == "echo:before"
+                stopping = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.5)  # past the drain delay, inside the grace
+                await ws.send_str("during")
+                assert (await ws.receive_str(timeout=5)) == "echo:during"
+                closed = await ws.receive(timeout=grace + 10)
+                lasted = time.monotonic() - stopping
+            assert closed.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert lasted >= grace
+        await asyncio.wait_for(process.wait(), 20)  # it stops by itself: SIGTERM was sent
+    finally:
+        code, stderr = await stop(process)
+    assert code == 0, stderr

@@ -26,10 +26,12 @@ def tls_app() -> web.Application:
 
 @contextlib.asynccontextmanager
 async def tls_upstream(
-    cert: trustme.LeafCert, client_ca: trustme.CA | None = None
+    cert: trustme.LeafCert,
+    client_ca: trustme.CA | None = None,
+    app: web.Application | None = None,
 ) -> AsyncIterator[str]:
-    """An aiohttp app over TLS with `cert`; with `client_ca` it requires a client certificate
-    that CA issued (mTLS). Yields the https:// base URL."""
+    """An aiohttp app (`tls_app()` unless given) over TLS with `cert`; with `client_ca` it
+    requires a client certificate that CA issued (mTLS). Yields the https:// base URL."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     cert.configure_cert(context)
     if client_ca is not None:
@@ -39,7 +41,7 @@ async def tls_upstream(
         # its handshake, and Python's server then just closes: that reaches the gateway as a
         # plain close. TLS 1.2 refuses it in the handshake, as the failure path can name.
         context.maximum_version = ssl.TLSVersion.TLSv1_2
-    runner = web.AppRunner(tls_app(), access_log=None)
+    runner = web.AppRunner(app or tls_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
     await site.start()

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from aiohttp import WSMsgType, web
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from gateway.observe import REGISTRY
 from tests.support.gateway import StartGateway, StartUpstream, route_config
+from tests.support.tls import tls_upstream, write_pem
 
 BIG = bytes(range(256)) * 4096  # 1 MiB, every byte value
 HANDSHAKES = web.AppKey("handshakes", list[str])  # the Upgrade each /refused request carried
@@ -55,10 +59,15 @@ def upstream_app() -> web.Application:
     return app
 
 
-async def conversation(base: str) -> list[Any]:
+async def conversation(base: str, tls: ssl.SSLContext | None = None) -> list[Any]:
     """What a client sees over one tunnel: echoes, a pong, a big frame, its own close."""
     seen: list[Any] = []
-    async with connect(base + "/ws", subprotocols=["chat"], max_size=None) as ws:  # type: ignore[list-item]
+    async with connect(
+        base + "/ws",
+        subprotocols=["chat"],  # type: ignore[list-item]
+        max_size=None,
+        ssl=tls,
+    ) as ws:
         seen.append(ws.subprotocol)
         await ws.send("héllo")
         seen.append(await ws.recv())
@@ -107,6 +116,24 @@ async def test_a_conversation_is_the_same_direct_and_through_the_gateway(
     assert direct[-1] == (1000, "")  # aiohttp answers a close with its code only
     assert proxied == direct
     assert tunnels("mendpoint_tunnels_opened_total") == opened + 1
+
+
+async def test_a_tunnel_to_a_wss_upstream_is_the_same_conversation(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    """A `https://` upstream behind a route with `tls.ca_file`: the gateway's side of the tunnel
+    is TLS, the client's is plain `ws://`, and the conversation is the one a `wss://` client
+    that trusts the same CA has directly."""
+    ca = trustme.CA()
+    trust = ssl.create_default_context(cafile=write_pem(tmp_path, "ca.pem", ca.cert_pem))
+    async with tls_upstream(ca.issue_cert("127.0.0.1"), app=upstream_app()) as url:
+        direct = await conversation("wss://" + url.removeprefix("https://"), tls=trust)
+        gateway = await start_gateway(
+            route_config(url, tls={"ca_file": write_pem(tmp_path, "ca2.pem", ca.cert_pem)})
+        )
+        proxied = await conversation(ws_url(gateway.url))
+    assert direct[1] == "echo:héllo"
+    assert proxied == direct
 
 
 async def test_a_close_from_the_upstream_reaches_the_client(
