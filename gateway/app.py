@@ -37,6 +37,7 @@ from gateway.proxy.protocol import (
     GatewayProtocol,
     close_after_upgrade_request,
 )
+from gateway.proxy.refusals import refused_connection
 from gateway.proxy.state import (
     CAPTURES,
     SIGNATURES,
@@ -124,10 +125,15 @@ async def _close_resolver(app: web.Application) -> None:
 
 
 class _Refuse(asyncio.Protocol):
+    """A connection over the cap: answered 503 before anything is read, then closed."""
+
+    def __init__(self, answer: bytes | None) -> None:
+        self.answer = OVERLOADED if answer is None else answer
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, so this is a cast.
         transport = cast(asyncio.Transport, transport)
-        transport.write(OVERLOADED)
+        transport.write(self.answer)
         transport.close()
 
 
@@ -181,11 +187,13 @@ class GatewayServer:
         cap = self.loaded.config.limits.max_client_connections
         loop = asyncio.get_running_loop()
 
+        holder = self.app[STATE]
+
         def factory() -> asyncio.Protocol:
             if len(server.connections) >= cap:
-                return _Refuse()
+                return _Refuse(refused_connection(holder.current))
             # What `server()` builds, with the gateway's precise 414/431 for oversize heads.
-            return GatewayProtocol(server, loop=loop, **server_handler_kwargs(server))
+            return GatewayProtocol(server, loop=loop, state=holder, **server_handler_kwargs(server))
 
         self._server = await loop.create_server(
             factory, host, port, reuse_address=True, reuse_port=reuse_port, backlog=1024

@@ -116,6 +116,7 @@ def failure_facts(obs: Observation, ctx: FailureContext, duration_ms: int = 0) -
         body=obs.body,
         body_json=obs.json if obs.body is not None else None,
         transport=obs.transport,
+        refusal=obs.refusal,
         upstream_retry_after="Retry-After" in obs.headers,
         json_clients=ctx.json_clients,
         prefers_json=ctx.prefers_json,
@@ -206,9 +207,41 @@ class Enricher:
             ENVELOPES.labels(route=ctx.route, mode=ctx.mode.value).inc()
         return result
 
+    def refused_now(self, obs: Observation, ctx: FailureContext) -> Rendering | None:
+        """The step, synchronously and without the resolver, for a refusal answered where
+        nothing can wait (a request head the parser refused, the connection cap): their
+        failures name no repair intent, so the resolver would offer nothing anyway. Any
+        exception returns None: the gateway's plain-text answer goes out."""
+        try:
+            verdict = self._classified(obs, ctx, time.monotonic() + self.budget_s)
+            if verdict is None:
+                return None
+            result = self.rendering(obs, ctx, verdict, NO_RECOVERY, 0)
+        except Exception:
+            log.exception("enrichment failed; plain answer sent request_id=%s", ctx.request_id)
+            self._fell_back(ctx, FallbackReason.EXCEPTION)
+            return None
+        if result is not None and ctx.mode is not Mode.ORIGINAL and self.live:
+            ENVELOPES.labels(route=ctx.route, mode=ctx.mode.value).inc()
+        return result
+
     async def _enrich(
         self, obs: Observation, ctx: FailureContext, render: Render[T], deadline: float
     ) -> T | None:
+        verdict = self._classified(obs, ctx, deadline)
+        if verdict is None:
+            return None
+        failure = verdict.failure
+        recovery = NO_RECOVERY
+        if ctx.mode is not Mode.ORIGINAL or obs.transport is not None:
+            # In `original` mode nothing shows the options: no resolver call for shadow traffic.
+            recovery = await self.recovery.recover_within(
+                self.resolver_budget_s, failure, ctx.caller, ctx.situation, ctx.request_id
+            )
+        return render(verdict, recovery, int((time.monotonic() - ctx.started) * 1000))
+
+    def _classified(self, obs: Observation, ctx: FailureContext, deadline: float) -> Verdict | None:
+        """Classify and redact; counted and logged when live."""
         verdict = self.classifier.classify(obs, deadline)
         if verdict is None:
             return None
@@ -224,13 +257,7 @@ class Enricher:
                 ctx.request_id,
             )
             self._count(obs, ctx, failure, verdict.rule.id, verdict.rule.is_default)
-        recovery = NO_RECOVERY
-        if ctx.mode is not Mode.ORIGINAL or obs.transport is not None:
-            # In `original` mode nothing shows the options: no resolver call for shadow traffic.
-            recovery = await self.recovery.recover_within(
-                self.resolver_budget_s, failure, ctx.caller, ctx.situation, ctx.request_id
-            )
-        return render(verdict, recovery, int((time.monotonic() - ctx.started) * 1000))
+        return verdict
 
     def rendering(
         self,

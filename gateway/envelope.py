@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway.body_text import BodyText, body_text, declared_text
 from gateway.config.models import MetaOriginalSpec
-from gateway.failure import Failure, Mode, Recovery, TransportKind
+from gateway.failure import Failure, Mode, Recovery, Refusal, TransportKind
 from gateway.json_insert import ObjectText, members_text, scan_document, scan_object_at
 from gateway.redact import Redactor
 
@@ -43,6 +43,8 @@ class FailureFacts:
     body: bytes | None = None
     body_json: Any = None
     transport: TransportKind | None = None
+    refusal: Refusal | None = None
+    """The gateway answered the request itself: there is no upstream answer at all."""
     upstream_retry_after: bool = False
     json_clients: bool = False
     """The route answers a JSON client's HTML or text error with the envelope."""
@@ -83,7 +85,9 @@ def render(
             _plain_reason(failure) if synthesized else None,
             TEXT_TYPE if synthesized else None,
         )
-    if mode is Mode.ENVELOPE or synthesized:
+    if mode is Mode.ENVELOPE or synthesized or facts.refusal is not None:
+        # No upstream body to add to: the envelope is the whole answer. (In `original` and
+        # `headers` modes the gateway's own plain-text answer stays, as it was.)
         return Rendering(headers, dump(envelope(failure, recovery, facts, redactor)), JSON_TYPE)
     merged = additive(facts.body, facts.content_type, failure, recovery, facts.request_id)
     if merged is not None:
@@ -156,6 +160,8 @@ def envelope(
     }
     if facts.transport is not None:
         meta["transport"] = facts.transport.value
+    if facts.refusal is not None:
+        meta["refusal"] = facts.refusal.value
     return {
         "ok": False,
         "data": None,

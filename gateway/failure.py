@@ -77,6 +77,34 @@ _UNSENT = frozenset(
 )
 
 
+class Refusal(StrEnum):
+    """Requests the gateway answers itself, without the upstream: its own failures
+    (docs/transparency.md#the-gateways-own-answers)."""
+
+    NO_ROUTE = "no_route"
+    BODY_TOO_LARGE = "body_too_large"
+    BODY_TIMEOUT = "body_timeout"
+    HEADERS_TOO_LARGE = "headers_too_large"
+    TARGET_TOO_LONG = "target_too_long"
+    MALFORMED = "malformed"
+    OVERLOADED = "overloaded"
+
+    @property
+    def status(self) -> int:
+        return _REFUSAL_STATUS[self]
+
+
+_REFUSAL_STATUS = {
+    Refusal.NO_ROUTE: 404,
+    Refusal.BODY_TOO_LARGE: 413,
+    Refusal.BODY_TIMEOUT: 408,
+    Refusal.HEADERS_TOO_LARGE: 431,
+    Refusal.TARGET_TOO_LONG: 414,
+    Refusal.MALFORMED: 400,
+    Refusal.OVERLOADED: 503,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class FieldError:
     """One field the upstream named as at fault (`error.fields`, docs/rules.md#errorfields)."""

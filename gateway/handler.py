@@ -11,11 +11,13 @@ import time
 
 from aiohttp import HttpVersion11, hdrs, web
 
+from gateway.failure import Refusal
 from gateway.logs import AccessRecord
 from gateway.mcp.http_route import handle_mcp
 from gateway.observe import IN_FLIGHT, count_request
 from gateway.proxy.context import RequestContext, request_id_of
-from gateway.proxy.forward import forward, plain, request_target
+from gateway.proxy.forward import forward, request_target
+from gateway.proxy.refusals import refuse, refuse_unrouted
 from gateway.proxy.relay import send_continue
 from gateway.proxy.state import STATE, GatewayState
 from gateway.proxy.tracking import FOLLOWUP_BOOK, Watch
@@ -65,12 +67,12 @@ async def dispatch(
     """The route for the target and the data path for its type."""
     route = state.routes.find(target.partition("?")[0])
     if route is None:
-        return plain(404, "No route for this path", record.request_id)
+        return await refuse_unrouted(request, state, record)
     record.route = route.spec.name
+    ctx = RequestContext(request, state, route, record)
     declared = request.content_length
     if declared is not None and declared > state.loaded.config.limits.max_request_body_bytes:
-        return plain(413, "Request body too large", record.request_id)
-    ctx = RequestContext(request, state, route, record)
+        return await refuse(ctx, Refusal.BODY_TOO_LARGE)
     if route.spec.type == "mcp":
         return await handle_mcp(request, ctx, target)
     book = request.app[FOLLOWUP_BOOK]

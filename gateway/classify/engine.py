@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from gateway.classify.observation import Observation
+from gateway.classify.refusals import refusal_rules
 from gateway.classify.render_failure import build_failure
 from gateway.classify.rules import CompiledRule, compile_rule
 from gateway.config.jsonpath import parse_json_path
@@ -48,12 +49,15 @@ class Classifier:
         self._by_status = _index_statuses(self.rules)
         self._by_transport = _index_transports(self.rules)
         self._mcp = tuple(r for r in self.rules if r.is_mcp)
+        self._refusals = refusal_rules(config.limits)
 
     def has_rules_for(self, status: int) -> bool:
         """True when a response with this status must be inspected (the hot-path check)."""
         return status in self._by_status
 
     def candidates(self, obs: Observation) -> tuple[CompiledRule, ...]:
+        if obs.refusal is not None:  # the gateway's own answer: its built-in rule
+            return (self._refusals[obs.refusal],)
         if obs.transport is not None:
             return self._by_transport.get(obs.transport, ())
         if obs.tool is not None or obs.jsonrpc_code is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.body_text import declared_text
-from gateway.failure import TransportKind
+from gateway.failure import Refusal, TransportKind
 
 _UNSET: Any = object()
 IDEMPOTENCY_KEY = "Idempotency-Key"
@@ -33,6 +33,8 @@ class Observation:
     path: str
     status: int | None = None
     transport: TransportKind | None = None
+    refusal: Refusal | None = None
+    """The gateway answers the request itself (no route, a limit): no upstream was asked."""
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes | None = None
     content_type: str = ""

@@ -591,6 +591,9 @@ class GatewayConfig(Strict):
     include: list[str] = Field(default_factory=list)
     defaults: bool = True
     routes: list[RouteSpec] = Field(min_length=1)
+    # The mode of the gateway's own answers where no route applies: a path no route serves,
+    # a request head it cannot parse, the connection cap (docs/transparency.md).
+    default_mode: Mode = Mode.ADDITIVE
     # Peers whose forwarding and identity headers are believed (docs/security.md).
     trusted_proxies: list[TrustedBlock] = Field(default_factory=list, max_length=1000)
     callers: CallersSpec | None = None

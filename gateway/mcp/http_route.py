@@ -19,7 +19,7 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.failure import TransportKind
+from gateway.failure import Refusal, TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp import cors, oauth
 from gateway.mcp.bridge_http import serve_bridge
@@ -40,6 +40,7 @@ from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_path import answer_transport_failure
 from gateway.proxy.forward import plain
 from gateway.proxy.headers import client_response_headers, visible_ascii
+from gateway.proxy.refusals import refuse
 from gateway.proxy.relay import relay
 from gateway.proxy.rewritten_headers import drop_body_bound
 from gateway.proxy.upstream import UPSTREAM_ERRORS, call_upstream, transport_kind
@@ -69,9 +70,9 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
             async with asyncio.timeout(limits.request_body_timeout_s):
                 body, whole = await read_capped(request.content, limits.max_request_body_bytes)
         except TimeoutError:
-            return plain(408, "Request body not received in time", ctx.request_id)
+            return await refuse(ctx, Refusal.BODY_TIMEOUT)
         if not whole:
-            return plain(413, "Request body too large", ctx.request_id)
+            return await refuse(ctx, Refusal.BODY_TOO_LARGE)
     upgrader = Upgrader(ctx.state.enricher, ctx.state.loaded.config.mcp)
     if spec.command is not None:
         return await serve_bridge(request, ctx, body, runtime.bridges, upgrader)

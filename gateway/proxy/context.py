@@ -138,6 +138,11 @@ def request_id_of(request: web.Request) -> str:
     return _REQUEST_IDS.fresh()
 
 
+def fresh_request_id() -> str:
+    """A new id, for an answer given before any request could be read."""
+    return _REQUEST_IDS.fresh()
+
+
 class _RequestIds:
     """32 hex digits, unique without a syscall: a random per-process prefix and a counter.
 

@@ -16,12 +16,13 @@ import logging
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.failure import TransportKind
+from gateway.failure import Refusal, TransportKind
 from gateway.header_names import REQUEST_ID
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.failure_path import answer_transport_failure, answer_upstream_failure
 from gateway.proxy.headers import client_response_headers
+from gateway.proxy.refusals import refuse
 from gateway.proxy.relay import relay, relay_interim
 from gateway.proxy.tunnel import WEBSOCKET, tunnel, websocket_upgrade
 from gateway.proxy.upstream import call_upstream
@@ -47,7 +48,7 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
     )
     if isinstance(upstream, TransportKind):
         if body is not None and body.failure is not None:
-            return _body_failure(body.failure, ctx.request_id)
+            return await _body_failure(body.failure, ctx)
         return await answer_transport_failure(ctx, upstream)
     if upstream.status == 101:  # only ever the answer to a WebSocket handshake
         return await tunnel(request, ctx, upstream)
@@ -90,10 +91,9 @@ def plain(status: int, text: str, request_id: str) -> web.Response:
     )
 
 
-def _body_failure(failure: BodyTooLarge | BodyStalled, request_id: str) -> web.Response:
-    if isinstance(failure, BodyTooLarge):
-        response = plain(413, "Request body too large", request_id)
-    else:
-        response = plain(408, "Request body not received in time", request_id)
+async def _body_failure(failure: BodyTooLarge | BodyStalled, ctx: RequestContext) -> web.Response:
+    """The client's body broke a limit: the rest of it is unread, so the connection ends."""
+    too_large = isinstance(failure, BodyTooLarge)
+    response = await refuse(ctx, Refusal.BODY_TOO_LARGE if too_large else Refusal.BODY_TIMEOUT)
     response.force_close()
     return response

@@ -26,7 +26,10 @@ from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineToo
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
+from gateway.failure import Refusal
 from gateway.logs import Throttled
+from gateway.proxy.refusals import refused_head
+from gateway.proxy.state import StateHolder
 
 TOO_MANY_HEADERS = "Too many headers received"
 # How a request target begins (origin, absolute, asterisk form); a header line never does.
@@ -39,9 +42,14 @@ ExpectHandler = Callable[[web.Request], Awaitable[None]]
 
 
 class GatewayProtocol(RequestHandler):
-    """aiohttp's request handler with precise statuses for request heads over the limits."""
+    """aiohttp's request handler with precise statuses for request heads over the limits,
+    answered in the gateway's `default_mode` like its other own answers (`proxy.refusals`)."""
 
-    __slots__ = ()
+    __slots__ = ("_state",)
+
+    def __init__(self, manager: Any, *, state: StateHolder, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._state = state
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         """A request the parser refused is the client's mistake, not the gateway's: one
@@ -67,7 +75,20 @@ class GatewayProtocol(RequestHandler):
     ) -> web.StreamResponse:
         if status == HTTPStatus.BAD_REQUEST:
             status = head_error_status(exc)
-        return super().handle_error(request, status, exc, message)
+        plain = super().handle_error(request, status, exc, message)  # logs; closes after it
+        refusal = HEAD_REFUSALS.get(status) if isinstance(exc, HttpProcessingError) else None
+        if refusal is None:
+            return plain
+        answer = refused_head(self._state.current, refusal)
+        # None: `original` mode, or enrichment failed open: aiohttp's plain text, as always.
+        return plain if answer is None else answer
+
+
+HEAD_REFUSALS = {
+    HTTPStatus.BAD_REQUEST: Refusal.MALFORMED,
+    HTTPStatus.REQUEST_URI_TOO_LONG: Refusal.TARGET_TOO_LONG,
+    431: Refusal.HEADERS_TOO_LARGE,
+}
 
 
 def head_error_status(exc: BaseException | None) -> int:

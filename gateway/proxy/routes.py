@@ -109,11 +109,16 @@ def choose_mode(route: Route, requested: str | None, caller: str, request_id: st
         key = caller if spec.rollout.by == "caller" else request_id
         if not in_rollout(spec.name, key, spec.rollout.percent):
             mode = min(mode, Mode.HEADERS, key=_RANK.__getitem__)
-    if requested is not None and spec.client_override:
-        asked = _MODES.get(requested.strip().lower())
-        if asked is not None:
-            mode = asked
+    if spec.client_override:
+        mode = asked_mode(mode, requested)
     return mode
+
+
+def asked_mode(mode: Mode, requested: str | None) -> Mode:
+    """The mode `X-Error-Format` asks for, when it names one; else `mode`."""
+    if requested is None:
+        return mode
+    return _MODES.get(requested.strip().lower(), mode)
 
 
 def in_rollout(route_name: str, key: str, percent: float) -> bool:

@@ -9,41 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from aiohttp import web
-from multidict import CIMultiDict
 from yarl import URL
 
-from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
+from tests.support.gateway import (
+    Counter,
+    RawResponse,
+    RunningGateway,
+    StartGateway,
+    StartUpstream,
+    exchange_framed,
+    route_config,
+)
 from tests.support.paths import REPO
 
 REPO = REPO
 LIMIT = 4096
-
-
-@dataclass
-class Counter:
-    """Counts requests that reached the upstream, and the body bytes it read."""
-
-    hits: int = 0
-    bodies: list[bytes] = field(default_factory=list)
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        return app
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.hits += 1
-        self.bodies.append(await request.read())
-        return web.Response(text="ok")
 
 
 @pytest.fixture
@@ -56,34 +45,9 @@ def limited(base: str, **limits: object) -> dict[str, object]:
     return {**route_config(base), "limits": {"max_request_body_bytes": LIMIT, **limits}}
 
 
-@dataclass(frozen=True)
-class RawResponse:
-    status: int
-    headers: CIMultiDict[str]
-    body: bytes
-
-
 async def exchange(gateway: RunningGateway, data: bytes, *, within: float = 10) -> RawResponse:
     """Write raw bytes to the gateway and read one response, framed by its Content-Length."""
-    url = URL(gateway.url)
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        async with asyncio.timeout(within):
-            head = await reader.readuntil(b"\r\n\r\n")
-            status_line, *lines = head.decode("latin-1").strip().split("\r\n")
-            headers: CIMultiDict[str] = CIMultiDict()
-            for line in lines:
-                name, _, value = line.partition(":")
-                headers.add(name.strip(), value.strip())
-            body = await reader.readexactly(int(headers.get("Content-Length", "0")))
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    assert status_line.startswith("HTTP/1."), status_line
-    return RawResponse(int(status_line.split(" ")[1]), headers, body)
+    return await exchange_framed(gateway.url, data, within)
 
 
 # --- request body size ------------------------------------------------------------------
@@ -98,7 +62,8 @@ async def test_declared_length_over_the_limit_is_413_without_contacting_upstream
     head = f"POST /upload HTTP/1.1\r\nHost: gw\r\nContent-Length: {size}\r\n\r\n"
     response = await exchange(gateway, head.encode() + b"x" * size)
     assert response.status == 413
-    assert response.body == b"Request body too large\n"
+    # The route's mode (additive) applies to the gateway's own answers too.
+    assert json.loads(response.body)["error"]["code"] == "PAYLOAD_TOO_LARGE"
     assert response.headers["X-Request-Id"]
     assert upstream.hits == 0
 
@@ -125,7 +90,8 @@ async def test_chunked_body_over_the_limit_is_413(
     head = b"POST /upload HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n"
     response = await exchange(gateway, head + chunked([b"z" * 1000] * 10))
     assert response.status == 413
-    assert response.body == b"Request body too large\n"
+    # The route's mode (additive) applies to the gateway's own answers too.
+    assert json.loads(response.body)["error"]["code"] == "PAYLOAD_TOO_LARGE"
     assert response.headers["Connection"] == "close"
     # The upstream may have seen the start of a request, but never a complete one.
     assert upstream.bodies == []
@@ -235,7 +201,7 @@ async def test_connections_over_the_cap_get_503(
         await _wait_for_connections(gateway, 2)
         refused = await exchange(gateway, b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n")
         assert refused.status == 503
-        assert refused.body == b"Gateway connection limit reached\n"
+        assert json.loads(refused.body)["error"]["code"] == "GATEWAY_OVERLOADED"
         assert refused.headers["Connection"] == "close"
         assert upstream.hits == 0
         # An idle connection is still a working one.

@@ -69,6 +69,25 @@ async def exchange_raw(
     return parse_response(raw)
 
 
+async def exchange_framed(base_url: str, data: bytes, timeout_s: float = 10) -> RawResponse:
+    """Write `data` as-is and read one response framed by its Content-Length, without
+    waiting for the server to close (it may linger over a body it never read)."""
+    url = URL(base_url)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(timeout_s):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(parse_response(head).headers.get("Content-Length", "0"))
+            body = await reader.readexactly(length)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    return parse_response(head + body)
+
+
 def parse_response(raw: bytes) -> RawResponse:
     """A whole HTTP/1.1 response as read off the wire (or printed by `curl -i`)."""
     head, _, body = raw.partition(b"\r\n\r\n")
@@ -93,6 +112,24 @@ def write_config(tmp_path: Path, config: dict[str, Any], name: str = "gateway.ya
 def route_config(upstream: str, **route: Any) -> dict[str, Any]:
     """A one-route config dict in front of `upstream`; route keys override the defaults."""
     return {"routes": [{"name": "api", "prefix": "/", "upstream": upstream, **route}]}
+
+
+@dataclass
+class Counter:
+    """An upstream that counts the requests that reached it, and the body bytes it read."""
+
+    hits: int = 0
+    bodies: list[bytes] = field(default_factory=list)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        self.bodies.append(await request.read())
+        return web.Response(text="ok")
 
 
 RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

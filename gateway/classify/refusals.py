@@ -1,0 +1,117 @@
+"""The gateway's own failures as rules: no route, a request over a limit, the connection cap.
+
+When the gateway answers a request itself (docs/transparency.md#the-gateways-own-answers)
+there is no upstream answer to match, but the failure is one like any other: it goes through
+the same enrichment step and comes out in the same shapes, with a code, a category and the
+ladder fields. These rules are built in code, not loaded from a pack, because their
+`fix_required` names the configured limit the request broke (the number and its config key),
+which a pack cannot know. They are matched only by `Observation.refusal` and never by an
+upstream status, so no user rule is shadowed by them.
+"""
+
+from __future__ import annotations
+
+from gateway.classify.rules import CompiledRule
+from gateway.config.models import ErrorSpec, LimitsSpec
+from gateway.failure import Category, Refusal
+
+ORIGIN = "built in: the gateway's own answers (docs/transparency.md)"
+
+
+def refusal_rules(limits: LimitsSpec) -> dict[Refusal, CompiledRule]:
+    """One rule per refusal, with the limits of this config written into its fix."""
+    return {
+        refusal: _rule(refusal, order, spec)
+        for order, (refusal, spec) in enumerate(_errors(limits).items())
+    }
+
+
+def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
+    """The failure of each refusal; each is in exactly one class (docs/spec.md#classes)."""
+    return {
+        # What is routed is in the operator's config, not in the answer: the failure names
+        # no route and no upstream (docs/security.md).
+        Refusal.NO_ROUTE: ErrorSpec(
+            code="ROUTE_NOT_FOUND",
+            category=Category.NOT_FOUND,
+            message="No route of this gateway serves this path",
+            suggestion="Check the request path against the API's documented base path",
+        ),
+        Refusal.BODY_TOO_LARGE: ErrorSpec(
+            code="PAYLOAD_TOO_LARGE",
+            category=Category.PAYLOAD_TOO_LARGE,
+            message="The request body is larger than the gateway accepts",
+            fix_required=(
+                f"Send a request body of at most {limits.max_request_body_bytes} bytes "
+                "(the gateway's limits.max_request_body_bytes), then reissue"
+            ),
+            recovery_intent="payload_reduction",
+        ),
+        Refusal.BODY_TIMEOUT: ErrorSpec(
+            code="REQUEST_TIMEOUT",
+            category=Category.TIMEOUT,
+            message="The request body was not received in time",
+            fix_required=(
+                "Send the request body without pausing: the gateway waits at most "
+                f"{limits.request_body_timeout_s:g} s for it (limits.request_body_timeout_s), "
+                "then reissue"
+            ),
+        ),
+        Refusal.HEADERS_TOO_LARGE: ErrorSpec(
+            code="REQUEST_HEADERS_TOO_LARGE",
+            category=Category.VALIDATION_ERROR,
+            message="The request's header fields are too large or too many",
+            fix_required=(
+                f"Send at most {limits.max_headers} header fields of at most "
+                f"{limits.max_header_bytes} bytes each (the gateway's limits.max_headers and "
+                "limits.max_header_bytes; large cookies and tokens are the usual cause), "
+                "then reissue"
+            ),
+        ),
+        Refusal.TARGET_TOO_LONG: ErrorSpec(
+            code="URI_TOO_LONG",
+            category=Category.VALIDATION_ERROR,
+            message="The request target is too long",
+            fix_required=(
+                f"Shorten the request line to at most {limits.max_line_bytes} bytes (the "
+                "gateway's limits.max_line_bytes; move data into the body), then reissue"
+            ),
+        ),
+        Refusal.MALFORMED: ErrorSpec(
+            code="BAD_REQUEST",
+            category=Category.VALIDATION_ERROR,
+            message="The request is not valid HTTP/1.1",
+            fix_required="Send a well-formed HTTP/1.1 request, then reissue",
+        ),
+        # Refused before a byte of the request was read: nothing can have happened.
+        Refusal.OVERLOADED: ErrorSpec(
+            code="GATEWAY_OVERLOADED",
+            category=Category.UNAVAILABLE,
+            message="The gateway has reached its limit of client connections",
+            retryable=True,
+            retry_after_ms=1000,
+            side_effect_free=True,
+        ),
+    }
+
+
+def _rule(refusal: Refusal, order: int, error: ErrorSpec) -> CompiledRule:
+    return CompiledRule(
+        id=f"gateway-{refusal.value.replace('_', '-')}",
+        order=-1 - order,  # before every loaded rule, though never in the same index
+        is_default=False,
+        origin=ORIGIN,
+        error=error,
+        statuses=None,
+        transports=None,
+        is_mcp=False,
+        routes=None,
+        methods=None,
+        path=None,
+        path_segment=None,
+        headers=(),
+        json=(),
+        body=None,
+        tool=None,
+        jsonrpc_code=None,
+    )
