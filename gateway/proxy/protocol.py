@@ -79,7 +79,8 @@ class GatewayProtocol(RequestHandler):
         refusal = HEAD_REFUSALS.get(status) if isinstance(exc, HttpProcessingError) else None
         if refusal is None:
             return plain
-        answer = refused_head(self._state.current, refusal)
+        text = plain.text if isinstance(plain, web.Response) else None
+        answer = refused_head(self._state.current, refusal, text or "")
         # None: `original` mode, or enrichment failed open: aiohttp's plain text, as always.
         return plain if answer is None else answer
 

@@ -39,10 +39,10 @@ NO_ROUTE = "-"
 """The route label of an answer no route gave (the access log's, the metrics')."""
 
 PLAIN = {
-    Refusal.NO_ROUTE: "No route for this path",
-    Refusal.BODY_TOO_LARGE: "Request body too large",
-    Refusal.BODY_TIMEOUT: "Request body not received in time",
-    Refusal.OVERLOADED: "Gateway connection limit reached",
+    Refusal.NO_ROUTE: "No route for this path\n",
+    Refusal.BODY_TOO_LARGE: "Request body too large\n",
+    Refusal.BODY_TIMEOUT: "Request body not received in time\n",
+    Refusal.OVERLOADED: "Gateway connection limit reached\n",
 }
 """The plain-text answers of `original` mode (a refused request head keeps aiohttp's text)."""
 
@@ -67,16 +67,17 @@ async def refuse_unrouted(
     return own_answer(Refusal.NO_ROUTE, record.request_id, rendering, PLAIN[Refusal.NO_ROUTE])
 
 
-def refused_head(state: GatewayState, refusal: Refusal) -> web.Response | None:
+def refused_head(state: GatewayState, refusal: Refusal, text: str) -> web.Response | None:
     """The answer to a refusal with no request to read (a head the parser refused, the
-    connection cap), in `default_mode`, closing the connection; None: the plain answer."""
+    connection cap), in `default_mode`, closing the connection; None: the plain answer.
+    `text` is that plain answer's, which `headers` mode keeps."""
     request_id = fresh_request_id()
     ctx = unrouted_context(state.loaded.config.default_mode, request_id, time.monotonic())
     obs = Observation(route=NO_ROUTE, method="", path="", refusal=refusal)
     rendering = state.enricher.refused_now(obs, ctx)
     if rendering is None:
         return None
-    answer = own_answer(refusal, request_id, rendering, "")
+    answer = own_answer(refusal, request_id, rendering, text)
     answer.headers["Connection"] = "close"  # said, not only done: aiohttp answers in HTTP/1.0
     answer.force_close()
     return answer
@@ -100,11 +101,11 @@ def unrouted_context(
 def own_answer(
     refusal: Refusal, request_id: str, rendering: Rendering | None, text: str
 ) -> web.Response:
-    """The answer's status, headers and body: the rendering's, else the plain `text`."""
+    """The answer's status, headers and body: the rendering's, else the plain `text` (as is)."""
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: request_id})
     body = apply_rendering(headers, rendering, refusal.status)
     if body is None:
-        body = f"{text}\n".encode()
+        body = text.encode()
         headers["Content-Type"] = TEXT_TYPE
     return web.Response(status=refusal.status, body=body, headers=headers)
 
@@ -113,7 +114,7 @@ def refused_connection(state: GatewayState) -> bytes | None:
     """The whole HTTP/1.1 answer to a connection over `limits.max_client_connections`, written
     before anything is read; None: the plain answer. Small, framed by Content-Length, and
     the connection closes after it."""
-    answer = refused_head(state, Refusal.OVERLOADED)
+    answer = refused_head(state, Refusal.OVERLOADED, PLAIN[Refusal.OVERLOADED])
     if answer is None:
         return None
     status = HTTPStatus(answer.status)

@@ -283,6 +283,23 @@ async def test_a_refused_head_in_original_mode_is_plain_text(
 
 
 @pytest.mark.parametrize("case", HEADS, ids=list(HEADS))
+async def test_a_refused_head_in_headers_mode_is_the_plain_text_with_advisory_headers(
+    case: str, upstream: tuple[Counter, str], start_gateway: StartGateway
+) -> None:
+    _, base = upstream
+    data, status, code, _ = HEADS[case]
+    plain = await start_gateway(config(base, default_mode="original"))
+    shadow = await start_gateway(config(base, default_mode="headers"))
+    original, headers = await exchange_raw(plain.url, data), await exchange_raw(shadow.url, data)
+    assert original.status == headers.status == status
+    assert headers.body == original.body and original.body
+    assert headers.headers["Content-Type"] == original.headers["Content-Type"]
+    assert headers.headers["X-Error-Code"] == code
+    assert headers.headers["X-Error-Retryable"] == "false"
+    assert headers.headers["Connection"] == "close"
+
+
+@pytest.mark.parametrize("case", HEADS, ids=list(HEADS))
 async def test_a_refused_head_is_a_failure_in_the_default_mode(
     case: str, upstream: tuple[Counter, str], start_gateway: StartGateway
 ) -> None:
@@ -371,3 +388,19 @@ async def test_the_connection_cap_is_a_retryable_failure(
     assert error["request_id"] == answer.headers["X-Request-Id"]
     assert envelope["failure"]["category"] == "UNAVAILABLE"
     assert envelope["meta"]["exit_code"] == 6
+
+
+async def test_the_connection_cap_in_headers_mode_keeps_the_plain_text(
+    upstream: tuple[Counter, str], start_gateway: StartGateway
+) -> None:
+    _, base = upstream
+    settings = config(base, default_mode="headers")
+    settings["limits"]["max_client_connections"] = 1
+    raw, answer = await _refused_over_the_cap(await start_gateway(settings))
+    assert raw.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert answer.body == b"Gateway connection limit reached\n"
+    assert int(answer.headers["Content-Length"]) == len(answer.body)
+    assert answer.headers["X-Error-Code"] == "GATEWAY_OVERLOADED"
+    assert answer.headers["X-Error-Retryable"] == "true"
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.headers["Connection"] == "close"
