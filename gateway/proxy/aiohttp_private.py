@@ -9,10 +9,12 @@ it, instead of silently changing what the proxy does.
 The names, by what needs them:
 
 - `LazyReadTimeoutProtocol` (the upstream client's connection protocol) overrides
-  `ResponseHandler._reschedule_timeout`, which aiohttp calls on every `data_received`, and
-  reads or writes `_read_timeout`, `_read_timeout_handle`, `_loop`, `_drop_timeout` and
-  `_on_read_timeout`. aiohttp re-creates a timer handle per received chunk; the override
-  keeps one timer and moves a timestamp instead (hundreds of handles fewer per 10 MB body).
+  `ResponseHandler._reschedule_timeout`, which aiohttp calls on every `data_received` and
+  on a resume after a flow-control pause, and reads or writes `_read_timeout`,
+  `_read_timeout_handle`, `_loop`, `_drop_timeout`, `_on_read_timeout` and
+  `_reading_paused`. aiohttp re-creates a timer handle per received chunk and per pause;
+  the override keeps one timer and moves a timestamp instead (hundreds of handles fewer per
+  10 MB body).
 - `RelayResponse` overrides `StreamResponse._prepare_headers`, the step in which aiohttp
   defaults a missing Content-Type to application/octet-stream: a transparent proxy must not
   claim a type the origin never sent. (`relay.RewrittenResponse`, a rewritten error body,
@@ -36,10 +38,25 @@ class LazyReadTimeoutProtocol(ResponseHandler):
     aiohttp cancels and re-creates a timer handle on every `data_received`: hundreds per
     10 MB body. Here data only moves a timestamp; the one timer, when it fires early, re-arms
     itself for what is left. Same deadline (no byte for `read_timeout_s`), far fewer handles.
-    aiohttp's `_drop_timeout` (end of body, paused reading, errors) still stops it.
+    aiohttp's `_drop_timeout` (end of body, errors) still stops it.
+
+    Flow control pauses reading whenever the client takes the body slower than the upstream
+    sends it: about 50 times per 10 MB relayed. aiohttp stops the timer on each pause and
+    starts a new one on resume, because the time spent paused is ours, not the upstream's.
+    Here the timer stays armed through a pause: a check that finds reading paused waits one
+    more `read_timeout_s`, and the resume moves the timestamp, so the deadline is the same
+    (`read_timeout_s` of silence while reading) at about a third of the cost per pause and
+    resume (a microbenchmark: 5 → 2 µs on uvloop, 30 → 18 µs on asyncio's loop).
     """
 
     _last_read = 0.0
+
+    def pause_reading(self) -> None:
+        handle, self._read_timeout_handle = self._read_timeout_handle, None
+        try:  # aiohttp's pause, without its `_drop_timeout`
+            super().pause_reading()
+        finally:
+            self._read_timeout_handle = handle
 
     def _reschedule_timeout(self) -> None:
         timeout = self._read_timeout
@@ -57,8 +74,10 @@ class LazyReadTimeoutProtocol(ResponseHandler):
         timeout = self._read_timeout
         if not timeout:
             return
-        due = self._last_read + timeout
-        if due > self._loop.time():
+        now = self._loop.time()
+        # Paused by flow control: not the upstream's silence. The resume moves `_last_read`.
+        due = now + timeout if self._reading_paused else self._last_read + timeout
+        if due > now:
             self._read_timeout_handle = self._loop.call_at(due, self._check_read_timeout)
         else:
             self._on_read_timeout()

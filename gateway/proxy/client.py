@@ -67,6 +67,10 @@ log = logging.getLogger("mendpoint.upstream")
 # Methods that carry no body by definition; any other one without a body says Content-Length: 0
 # (as aiohttp and curl do), so an upstream never waits for a body that will not come.
 BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
+# The upstream's StreamReader pauses reading above twice this and resumes below it.
+# aiohttp's ClientSession uses 256 KiB (three times fewer pauses per 10 MB body and reads
+# of uvloop's full 256,000 bytes), but relaying 10 MB cost 10-15 % more CPU with it in
+# interleaved runs: smaller buffers keep the bytes in cache between recv and send.
 READ_CHUNK = 2**16
 # How long a request that says `Expect: 100-continue` waits for the upstream's 100 before its
 # body goes anyway (RFC 9110 §10.1.1; curl waits 1 s too): an upstream may ignore Expect.

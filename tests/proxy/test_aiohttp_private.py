@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,35 @@ def test_reschedule_timeout_is_called_on_every_read() -> None:
     assert parameters(method) == ["self"], f"{HANDLER}.{name} changed its signature"
     for caller in (ResponseHandler.data_received, ResponseHandler.start_timeout):
         assert name in calls(caller), f"{HANDLER}.{caller.__name__} no longer calls {name}"
+
+
+def test_flow_control_pause_stops_and_resume_restarts_the_timer() -> None:
+    """The lazy timer keeps its handle through `pause_reading` (hidden from aiohttp's
+    `_drop_timeout` there) and relies on `resume_reading` calling `_reschedule_timeout`."""
+    pause, resume = ResponseHandler.pause_reading, ResponseHandler.resume_reading
+    assert "_drop_timeout" in calls(pause), f"{HANDLER}.pause_reading no longer stops the timer"
+    assert "_reschedule_timeout" in calls(resume), (
+        f"{HANDLER}.resume_reading no longer restarts the timer"
+    )
+
+
+async def test_reading_paused_is_set_by_pause_reading() -> None:
+    """`_check_read_timeout` reads `_reading_paused` to tell a pause from a silent upstream."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        _, protocol = await loop.create_connection(lambda: ResponseHandler(loop), sock=ours)
+        protocol.set_response_params(read_timeout=5.0)
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+        await protocol.read()  # the head: the parser now expects body bytes
+        assert getattr(protocol, "_reading_paused", None) is False, (
+            f"{HANDLER}._reading_paused is gone"
+        )
+        protocol.pause_reading()
+        assert protocol._reading_paused is True, f"{HANDLER}._reading_paused not set on pause"
+        protocol.resume_reading()
+        assert protocol._reading_paused is False, f"{HANDLER}._reading_paused kept on resume"
+        protocol.close()
 
 
 async def test_read_timeout_holds_the_configured_seconds() -> None:
@@ -159,6 +189,7 @@ PRIVATE_NAMES = frozenset(
         "_read_timeout_handle",
         "_drop_timeout",
         "_on_read_timeout",
+        "_reading_paused",
         "_prepare_headers",
         "_kwargs",
     }

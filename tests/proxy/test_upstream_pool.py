@@ -389,3 +389,60 @@ async def test_read_timeout_ends_a_stalled_body(
         with pytest.raises(aiohttp.ClientPayloadError):
             await response.read()
     assert 0.35 <= time.monotonic() - started < 2.5
+
+
+BIG_BODY = 32 * 1024 * 1024  # more than loopback's socket buffers hold: reading must pause
+BIG_PIECE = b"y" * (1024 * 1024)
+
+
+def flooding(then_stall: bool) -> RawHandler:
+    """Send a 32 MiB body as fast as the gateway takes it; maybe stall before its last byte."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        total = BIG_BODY + (1 if then_stall else 0)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total)
+        for _ in range(BIG_BODY // len(BIG_PIECE)):
+            writer.write(BIG_PIECE)
+            await writer.drain()
+        if then_stall:
+            await asyncio.sleep(10)
+
+    return handler
+
+
+async def _read_after_a_pause(response: aiohttp.ClientResponse, pause_s: float) -> int:
+    """Read a little, take nothing for `pause_s` (the gateway must stop reading the upstream
+    meanwhile), then read the rest; the number of bytes read."""
+    received = len(await response.content.readany())
+    await asyncio.sleep(pause_s)
+    async for chunk in response.content.iter_any():
+        received += len(chunk)
+    return received
+
+
+async def test_read_timeout_ignores_a_client_slower_than_it(
+    start_raw: StartRaw, start_gateway: StartGateway
+) -> None:
+    """A client that takes nothing for three read timeouts: the gateway pauses reading the
+    upstream (flow control), and a pause is not upstream silence, so the body arrives whole."""
+    upstream = await start_raw(flooding(then_stall=False))
+    gateway = await start_gateway(route_config(upstream.url) | {"limits": {"read_timeout_s": 0.3}})
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert response.status == 200
+        assert await _read_after_a_pause(response, 1.0) == BIG_BODY
+
+
+async def test_read_timeout_ends_a_body_that_stalls_after_a_pause(
+    start_raw: StartRaw, start_gateway: StartGateway
+) -> None:
+    """The timer kept through flow-control pauses still cuts an upstream that goes silent
+    once reading resumed: the client connection is aborted about one timeout later."""
+    upstream = await start_raw(flooding(then_stall=True))
+    gateway = await start_gateway(route_config(upstream.url) | {"limits": {"read_timeout_s": 0.3}})
+    started = time.monotonic()
+    async with gateway.session.get(gateway.url + "/x") as response:
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await _read_after_a_pause(response, 1.0)
+    assert 1.3 <= time.monotonic() - started < 5.0
