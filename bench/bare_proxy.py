@@ -3,6 +3,10 @@
 One shared ClientSession, headers copied minus hop-by-hop ones, the body streamed through
 as it arrives, uvloop when asked. No classification, no access log unless `--access-log`
 (which measures what aiohttp's own logger costs). Mendpoint's ratios are taken against this.
+
+`--buffer-small` is the second baseline (`bare-buffered`): a success whose Content-Length
+says at most SMALL_BODY bytes is read whole and answered with `web.Response`, status line,
+headers and body in one write; anything else still streams.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ HOP_BY_HOP = frozenset(
 )
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 UPSTREAM = web.AppKey("upstream", str)
+BUFFER_SMALL = web.AppKey("buffer_small", bool)
+SMALL_BODY = 64 * 1024  # the same bound as Mendpoint's one-write path (gateway/proxy/relay.py)
 
 
 def end_to_end(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:
@@ -43,6 +49,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
             data=body,
             allow_redirects=False,
         ) as upstream:
+            if request.app[BUFFER_SMALL] and _small(request, upstream):
+                return web.Response(
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=end_to_end(upstream.headers),
+                    body=await upstream.read(),
+                )
             response = web.StreamResponse(
                 status=upstream.status,
                 reason=upstream.reason,
@@ -55,6 +68,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
             return response
     except (aiohttp.ClientError, OSError):
         return web.Response(status=502, text="Bad Gateway\n")
+
+
+def _small(request: web.Request, upstream: aiohttp.ClientResponse) -> bool:
+    length = upstream.content_length
+    return length is not None and length <= SMALL_BODY and request.method != "HEAD"
 
 
 async def session_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -70,6 +88,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     parser.add_argument("--access-log", action="store_true")
+    parser.add_argument(
+        "--buffer-small", action="store_true", help="answer small known-length bodies whole"
+    )
     args = parser.parse_args()
     if args.loop == "uvloop":
         import uvloop
@@ -77,6 +98,7 @@ def main() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     app = web.Application()
     app[UPSTREAM] = args.upstream.rstrip("/")
+    app[BUFFER_SMALL] = args.buffer_small
     app.cleanup_ctx.append(session_ctx)
     app.router.add_route("*", "/{tail:.*}", handle)
     if args.access_log:

@@ -13,6 +13,7 @@ from bench import mcp_bench
 COLUMNS = (
     "direct",
     "bare",
+    "bare-buffered",
     "mitmproxy",
     "mendpoint-original",
     "mendpoint-headers",

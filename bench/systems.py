@@ -61,11 +61,14 @@ MCP_ONLY = ("mendpoint-bridge", "mcp-proxy")
 Command = Callable[[str, int, Path], list[str]]
 
 
-def bare(access_log: bool) -> Command:
+def bare(access_log: bool, buffered: bool = False) -> Command:
+    """`buffered`: small known-length bodies read whole and answered in one write."""
+
     def command(upstream: str, port: int, _root: Path) -> list[str]:
         script = str(ROOT / "bench" / "bare_proxy.py")
         argv = [sys.executable, script, "--upstream", upstream, "--port", str(port)]
-        return argv + (["--access-log"] if access_log else [])
+        argv += ["--access-log"] if access_log else []
+        return argv + (["--buffer-small"] if buffered else [])
 
     return command
 
@@ -115,7 +118,9 @@ VARIANTS = {
 def systems() -> dict[str, Command | None]:
     """Name → command; `direct` has none (wrk goes straight to nginx), nor have the MCP-only
     systems (bench/mcp_bench.py starts them)."""
-    table: dict[str, Command | None] = {"direct": None, "bare": bare(False), "mitmproxy": mitm}
+    table: dict[str, Command | None] = {"direct": None, "bare": bare(False)}
+    table["bare-buffered"] = bare(False, buffered=True)
+    table["mitmproxy"] = mitm
     for mode in MODES:
         table[f"mendpoint-{mode}"] = mendpoint(mode)
     table["bare+log"] = bare(True)
