@@ -23,7 +23,7 @@ from gateway.capture import Captures
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
-from gateway.config.models import parse_host_port
+from gateway.config.models import GatewayConfig, parse_host_port
 from gateway.followups import FollowupBook
 from gateway.handler import expect, handle
 from gateway.logs import set_access_log
@@ -237,16 +237,14 @@ class GatewayServer:
             return False
         loop = asyncio.get_running_loop()
         try:
-            state = await loop.run_in_executor(None, _build_state, self.config_path)
+            running = self.app[STATE].current.loaded.config
+            state = await loop.run_in_executor(None, _build_state, self.config_path, running)
         except ConfigError as exc:
             RELOADS.labels(result="failure").inc()
             log.error("config reload failed; keeping the running config:\n%s", exc)
             return False
         holder = self.app[STATE]
         old = holder.current
-        for key in RESTART_ONLY:
-            if getattr(old.loaded.config, key) != getattr(state.loaded.config, key):
-                log.warning("config reload: %r changed; it takes effect on restart", key)
         holder.current = state
         self.followups.configure(state.loaded.config.followups)
         set_access_log(state.loaded.config.log.access)
@@ -289,8 +287,19 @@ class GatewayServer:
             task.cancel()
 
 
-def _build_state(path: str) -> GatewayState:
-    return GatewayState.build(load_config(path))
+def _build_state(path: str, running: GatewayConfig) -> GatewayState:
+    """The state of a reloaded file, with the running process's restart-only settings: a
+    reload that changes them says so and changes nothing they govern (a 413's limit, the
+    limit a refusal's fix names), so what the gateway enforces and what it says agree."""
+    loaded = load_config(path)
+    kept = {}
+    for key in RESTART_ONLY:
+        if getattr(running, key) != getattr(loaded.config, key):
+            log.warning("config reload: %r changed; it takes effect on restart", key)
+            kept[key] = getattr(running, key)
+    if kept:
+        loaded.config = loaded.config.model_copy(update=kept)
+    return GatewayState.build(loaded)
 
 
 class Supervisor(Protocol):

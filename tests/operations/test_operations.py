@@ -326,3 +326,31 @@ async def test_requests_by_status_class_for_unrouted(
         metric("mendpoint_requests_total", route="-", method="GET", status_class="4xx")
         == before + 1
     )
+
+
+async def test_a_reload_that_changes_limits_changes_nothing_until_restart(
+    start_gateway: StartGateway,
+    start_upstream: StartUpstream,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`limits` are restart-only (docs/operations.md): after a reload that lowers the body
+    limit, the old limit is both enforced and named in a 413's fix, and the log says why."""
+    upstream = await start_upstream(legacy_app())
+    data = config(upstream)
+    data["limits"]["max_request_body_bytes"] = 100
+    gateway = await start_gateway(data)
+    assert gateway.server.config_path is not None
+    data["limits"]["max_request_body_bytes"] = 50
+    data["rules"][0]["error"]["code"] = "SOLD_OUT"
+    rewrite(Path(gateway.server.config_path), data)
+    assert await gateway.server.reload() is True
+    assert "'limits' changed; it takes effect on restart" in caplog.text
+    _, body = await get(gateway, "/custom/a")
+    assert json.loads(body)["failure"]["code"] == "SOLD_OUT"  # the rest of the file applied
+    async with gateway.session.post(gateway.url + "/ok", data=b"x" * 80) as response:
+        assert response.status == 200  # 80 bytes: under the running limit of 100
+    async with gateway.session.post(gateway.url + "/ok", data=b"x" * 150) as response:
+        refused = await response.json()
+    assert response.status == 413
+    assert "at most 100 bytes" in refused["error"]["fix_required"]
