@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 from multidict import CIMultiDict
 
+from gateway.config.models import LimitsSpec
 from gateway.failure import Refusal, TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp import cors, oauth
@@ -67,8 +68,7 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
     body = b""
     if request.body_exists:
         try:
-            async with asyncio.timeout(limits.request_body_timeout_s):
-                body, whole = await read_capped(request.content, limits.max_request_body_bytes)
+            body, whole = await _read_body(request.content, limits)
         except TimeoutError:
             return await refuse(ctx, Refusal.BODY_TIMEOUT)
         if not whole:
@@ -199,6 +199,18 @@ async def _relay_stream(
         return response
     await response.write_eof()
     return response
+
+
+async def _read_body(content: StreamReader, limits: LimitsSpec) -> tuple[bytes, bool]:
+    """The request body, bounded; `request_body_timeout_s` for one still on its way.
+
+    A tool call's body usually arrives with its head: then it is all buffered and ended,
+    reading it cannot wait, and no timer is armed for it.
+    """
+    if content.is_eof():
+        return await read_capped(content, limits.max_request_body_bytes)
+    async with asyncio.timeout(limits.request_body_timeout_s):
+        return await read_capped(content, limits.max_request_body_bytes)
 
 
 def _session_id_valid(values: list[str]) -> bool:

@@ -10,6 +10,7 @@ that never get an answer; memory never grows with them.
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,15 @@ RequestKey = tuple[bool, str | int]
 
 # Responses to these carry the session's contract, never a failure to upgrade (docs/mcp.md).
 UNTOUCHED_METHODS = frozenset({"initialize", "server/discover"})
+
+# Built once: `json.dumps` with options builds a new encoder on every call (half its cost on
+# a small message). Strict (no NaN or Infinity); the second writes lone surrogates as escapes.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# A tool error (`isError` true, JSON allows whitespace around the colon), a JSON-RPC error or
+# a tool list. Keys are matched as written: a quote inside a string is escaped, so a string
+# holding these words never matches, and a false match only costs a parse.
+_REWRITABLE = re.compile(rb'"isError"[ \t\n\r]*:[ \t\n\r]*true|"error"|"tools"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +80,13 @@ def encode(value: Any) -> bytes | None:
     has no UTF-8 form, so a message holding one is written with escapes instead.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(value)
     except ValueError:
         return None
     try:
         return text.encode()
     except UnicodeEncodeError:
-        return json.dumps(value, separators=(",", ":")).encode()
+        return _ASCII_ENCODER.encode(value).encode()
 
 
 def may_be_response(raw: bytes) -> bool:
@@ -85,8 +95,12 @@ def may_be_response(raw: bytes) -> bool:
 
 
 def may_need_rewrite(raw: bytes) -> bool:
-    """Could a response need upgrading? A tool error, a JSON-RPC error, or a tool list."""
-    return b'"isError"' in raw or b'"error"' in raw or b'"tools"' in raw
+    """Could a response need upgrading? A tool error, a JSON-RPC error, or a tool list.
+
+    A successful tool result (`"isError": false` included) answers no: it is relayed as the
+    server's bytes without being parsed at all.
+    """
+    return _REWRITABLE.search(raw) is not None
 
 
 class RequestTable:

@@ -20,6 +20,7 @@ TOOL_FAILURE_KEY = "io.modelcontextprotocol/toolFailure"
 # client acts on them as they are.
 UNTOUCHED_ERROR_CODES = frozenset({-32042, -32020, -32021, -32022})
 COMPLETE = "complete"
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once, not per call
 
 _GOVERNANCE = frozenset(
     {Category.AUTH_REQUIRED, Category.PERMISSION_DENIED, Category.POLICY_DENIED}
@@ -74,7 +75,7 @@ def upgraded_tool_result(
     upgraded = dict(result)
     content = result.get("content")
     items = list(content) if isinstance(content, list) else []
-    text = json.dumps({text_key: payload}, ensure_ascii=False, separators=(",", ":"))
+    text = _COMPACT.encode({text_key: payload})
     items.append({"type": "text", "text": text})
     upgraded["content"] = items
     meta = result.get("_meta")

@@ -89,15 +89,19 @@ async def rewrite_payload(
 ) -> tuple[bytes | None, list[tuple[str, str]]]:
     """A JSON-RPC message (or batch) with tracked responses upgraded; None when unchanged.
 
-    `message`: `raw` already parsed (the bridge parses each child line once, to route it).
+    `raw` is parsed only when its bytes may hold something to upgrade (a tool error, a
+    JSON-RPC error, a tool list), and then once. A response left unparsed stays in the
+    tracker's per-exchange table, which ends with the exchange; the session's table keeps
+    its entries anyway (`Tracker.pop`). `message`: `raw` already parsed (the bridge parses
+    each child line once, to route it).
     """
-    if not may_be_response(raw):
-        return None, []
+    if not may_be_response(raw) or not may_need_rewrite(raw):
+        return None, []  # a success: the server's bytes go out, never parsed here
     if message is UNPARSED:
         message = parse_message(raw)
     batch = message if isinstance(message, list) else [message]
     pendings = [tracker.pop(item) for item in batch]
-    if not any(pendings) or not may_need_rewrite(raw):
+    if not any(pendings):
         return None, []
     outcomes: list[Outcome | None] = []
     for item, pending in zip(batch, pendings, strict=True):

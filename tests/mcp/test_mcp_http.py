@@ -84,6 +84,59 @@ async def test_success_bytes_equal_direct_and_original_mode_changes_nothing(
     assert status == 200 and b"mendpoint_failure" in upgraded
 
 
+@pytest.mark.parametrize("sdk_server", [[], ["json"]], ids=["sse", "json"], indirect=True)
+async def test_a_success_is_the_servers_bytes_and_a_failure_is_upgraded(
+    start_gateway: StartGateway, sdk_server: str
+) -> None:
+    """Differential, in a session of each: a successful call (the SDK writes `"isError":false`,
+    which must not make it a candidate for rewriting) answers with exactly the bytes and
+    content type the server sent directly, as an event stream or as JSON; a failing call
+    keeps the server's item and gains the failure."""
+    gateway = await start_gateway(route_config(sdk_server, type="mcp"))
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+
+    async def calls(base: str, *messages: dict[str, Any]) -> list[tuple[int, str, bytes]]:
+        async with aiohttp.ClientSession() as session:
+            opened = await session.post(base + "/mcp", json=INIT, headers=headers)
+            in_session = {**headers, "Mcp-Session-Id": opened.headers["Mcp-Session-Id"]}
+            done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await session.post(base + "/mcp", json=done, headers=in_session)
+            answers = []
+            for message in messages:
+                async with session.post(
+                    base + "/mcp", json=message, headers=in_session
+                ) as response:
+                    media = response.headers["Content-Type"]
+                    answers.append((response.status, media, await response.read()))
+            return answers
+
+    def call(rid: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        params = {"name": name, "arguments": arguments}
+        return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+    successes = [call(1, "add", {"a": 1, "b": 2}), call(2, "divide", {"a": 1, "b": 4})]
+    direct = await calls(sdk_server, *successes)
+    assert all(b'"isError":false' in body for _, _, body in direct)
+    assert await calls(gateway.url, *successes) == direct
+
+    failing = call(3, "read_note", {"name": "nope"})
+    [(status, media, body)] = await calls(gateway.url, failing)
+    [(_, direct_media, direct_body)] = await calls(sdk_server, failing)
+    assert status == 200 and media == direct_media
+    data = body if media == "application/json" else body.split(b"data: ", 1)[1]
+    result = json.loads(data)["result"]
+    direct_data = direct_body if media == "application/json" else direct_body.split(b"data: ")[1]
+    assert result["content"][0] == json.loads(direct_data)["result"]["content"][0]
+    assert result["isError"] is True
+    upgraded = json.loads(result["content"][-1]["text"])["mendpoint_failure"]
+    assert upgraded["error"]["code"] == "FILE_NOT_FOUND"
+    assert result["_meta"]["mendpoint/failure"] == upgraded
+
+
 class Scripted:
     """An MCP upstream scripted at the wire level: echoes headers, streams events, errors."""
 

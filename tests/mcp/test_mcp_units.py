@@ -12,7 +12,14 @@ from pydantic import ValidationError
 from gateway.config.models import RouteSpec
 from gateway.failure import Category, Failure
 from gateway.mcp import oauth
-from gateway.mcp.jsonrpc import Pending, RequestTable, SessionTables, request_key, requests_in
+from gateway.mcp.jsonrpc import (
+    Pending,
+    RequestTable,
+    SessionTables,
+    may_need_rewrite,
+    request_key,
+    requests_in,
+)
 from gateway.mcp.origin import refusal
 from gateway.mcp.rewrite import (
     FAILURE_META_KEY,
@@ -89,6 +96,27 @@ def test_requests_in(message: Any, expected: list[tuple[Any, Pending]]) -> None:
 
 def test_ids_of_different_types_do_not_collide() -> None:
     assert request_key(1) != request_key("1")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"id":1,"result":{"content":[{"type":"text","text":"3"}],"isError":false}}', False),
+        (b'{"id":1,"result":{"content":[]}}', False),
+        (b'{"id":1,"result":{"content":[{"type":"text","text":"\\"isError\\": true"}]}}', False),
+        (b'{"id":1,"result":{"content":[],"isError":true}}', True),
+        (b'{"id":1,"result":{"content":[],"isError" :\r\n\ttrue}}', True),
+        (b'{"id":1,"error":{"code":-32601,"message":"Method not found"}}', True),
+        (b'{"id":1,"result":{"tools":[]}}', True),
+    ],
+    ids=["success", "no-flag", "quoted-in-text", "tool-error", "spaced", "rpc-error", "tools"],
+)
+def test_only_what_may_be_upgraded_is_parsed(raw: bytes, expected: bool) -> None:
+    """The byte test run before parsing: a success, `"isError": false` included, is relayed
+    without being parsed; anything that may be a tool error, an error or a tool list is."""
+    assert may_need_rewrite(raw) is expected
+    if expected and b"isError" in raw:
+        assert is_tool_error(json.loads(raw)["result"])
 
 
 @pytest.mark.parametrize(
