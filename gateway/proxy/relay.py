@@ -1,7 +1,14 @@
-"""Relaying an upstream body to the client as it arrives, never buffering it."""
+"""Relaying an upstream body to the client as it arrives, never buffering it.
+
+One shortcut: a small body that has already arrived whole with its head (nginx and most
+servers send a short answer in one segment) is answered in one call, head and body in one
+write, without the chunk loop. It holds nothing that streaming would not hold: the bytes are
+in the upstream stream's buffer either way.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -14,6 +21,13 @@ from gateway.proxy.headers import client_response_headers
 from gateway.proxy.upstream import UPSTREAM_ERRORS
 
 log = logging.getLogger("mendpoint.proxy")
+
+SMALL_BODY = 64 * 1024
+"""The largest body `arrived_whole` answers in one write. The chunks it joins are copied; up
+to aiohttp's own write-drain limit (64 KiB, also the upstream read buffer: READ_CHUNK) that
+copy costs less than the loop it saves, and a larger answer streams as before."""
+# No body by definition, whatever Content-Length says (it describes the representation).
+BODILESS_STATUSES = frozenset({204, 304})
 
 
 class RewrittenResponse(RelayResponse, web.Response):
@@ -35,7 +49,13 @@ async def relay(
     already sent, a cleanly ended short body would be mistaken for a complete one.
     """
     response = RelayResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-    await response.prepare(request)
+    whole = None if complete or already_read else arrived_whole(request.method, upstream)
+    await response.prepare(request)  # the head is only buffered: it goes with the first bytes
+    if whole is not None:
+        # A client that left is no one's failure: aiohttp ignores it too for any answer.
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof(whole)
+        return response
     try:
         if already_read:
             await response.write(already_read)
@@ -51,6 +71,25 @@ async def relay(
         return response
     await response.write_eof()
     return response
+
+
+def arrived_whole(method: str, upstream: UpstreamResponse) -> bytes | None:
+    """The body, if it is at most SMALL_BODY bytes by its Content-Length and has already
+    arrived whole and sound; else None, and it streams.
+
+    Never for HEAD or a 204/304 (no body whatever the length says), a chunked or close-framed
+    body (no length), nor a body still arriving: waiting for it would hold back bytes that
+    streaming passes on at once.
+    """
+    length = upstream.content_length
+    if length is None or length > SMALL_BODY:
+        return None
+    if method == "HEAD" or upstream.status in BODILESS_STATUSES:
+        return None
+    content = upstream.content
+    if not content.is_eof() or content.exception() is not None or content.total_bytes != length:
+        return None
+    return content.read_nowait()
 
 
 async def send_continue(request: web.Request) -> None:
