@@ -25,11 +25,12 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from gateway.accept import prefers_json
+from gateway.answer_cache import AnswerCache, CachedAnswer, fillable
 from gateway.capture import CapturedFailure, Captures, sample_draw
 from gateway.classify import Classifier, Observation, Verdict
 from gateway.config.loaded import LoadedConfig
@@ -37,7 +38,15 @@ from gateway.config.models import CaptureSpec, MetaOriginalSpec, RouteSpec
 from gateway.envelope import KEEP_ALL, FailureFacts, Rendering, render
 from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery
 from gateway.logs import AccessRecord
-from gateway.observe import ENVELOPES, FAILURES, FALLBACKS, UNMATCHED, FallbackReason, status_class
+from gateway.observe import (
+    FALLBACKS,
+    UNMATCHED,
+    FallbackReason,
+    count_answer_cache,
+    count_envelope,
+    count_failure,
+    status_class,
+)
 from gateway.redact import Redactor
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
@@ -137,6 +146,8 @@ class Enricher:
         resolver_budget_s: float,
         redactor: Redactor,
         live: bool = True,
+        answers: AnswerCache | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.classifier = classifier
         self.redactor = redactor
@@ -149,18 +160,31 @@ class Enricher:
         self.live = live
         """False for offline use (`explain`, fixtures): nothing is counted or logged as a
         fallback, and there is no budget."""
+        self.answers = answers if live else None
+        """Repeated failures' answers (gateway/answer_cache.py); None: every one enriched."""
+        self.clock = clock
+        """`time.monotonic`: what `meta.duration_ms` counts with (fixed in tests)."""
 
     @classmethod
     def build(cls, loaded: LoadedConfig) -> Enricher:
         """The data path's step: the config's budgets, its resolver (local or remote)."""
         config = loaded.config
+        limits = config.limits
+        recovery = RecoveryService.build(loaded)
+        # A remote resolver may answer differently each time: its answers are never kept.
+        keeps = limits.answer_cache_entries > 0 and recovery.remote is None
         return cls(
             Classifier(loaded),
-            RecoveryService.build(loaded),
+            recovery,
             prefix=config.headers.prefix,
             budget_s=config.enrich_budget_ms / 1000,
             resolver_budget_s=config.resolver.budget_ms / 1000,
             redactor=Redactor.build(config.redaction),
+            answers=(
+                AnswerCache(limits.answer_cache_entries, limits.answer_cache_bytes)
+                if keeps
+                else None
+            ),
         )
 
     @classmethod
@@ -179,8 +203,95 @@ class Enricher:
         )
 
     async def response(self, obs: Observation, ctx: FailureContext) -> Rendering | None:
-        """The step for an HTTP answer: headers and body for `ctx.mode`, None for the original."""
-        return await self.enrich(obs, ctx, functools.partial(self.rendering, obs, ctx))
+        """The step for an HTTP answer: headers and body for `ctx.mode`, None for the original.
+
+        A failure answered before with everything it depends on the same is answered from
+        the answer cache, with this request's id, duration and counts (gateway/answer_cache.py).
+        """
+        key = self.answer_key(obs, ctx)
+        if key is None or self.answers is None:
+            return await self.enrich(obs, ctx, functools.partial(self.rendering, obs, ctx))
+        kept = self.answers.get(key)
+        count_answer_cache(kept is not None)
+        if kept is not None:
+            return self._replay(kept, obs, ctx)
+        return await self._remember(self.answers, key, obs, ctx)
+
+    def answer_key(self, obs: Observation, ctx: FailureContext) -> Hashable | None:
+        """Everything an HTTP failure's answer depends on but its request id and duration;
+        None when it is not to be kept (no cache, a transport fault, MCP, the gateway's own
+        refusal, an odd request id).
+
+        The route name stands for what its spec decides (`json_for_json_clients`,
+        `meta_original`, idempotent methods) within one config; of the upstream's headers only
+        those a rule or the rendering reads count (`Classifier.headers_read`).
+        """
+        if self.answers is None or obs.transport is not None or obs.tool is not None:
+            return None
+        if obs.jsonrpc_code is not None or obs.refusal is not None:
+            return None  # MCP, or the gateway's own answer (rare, and not the upstream's)
+        if not fillable(ctx.request_id):
+            return None
+        headers = obs.headers
+        return (
+            ctx.route,
+            ctx.mode,
+            ctx.json_clients,
+            ctx.prefers_json,
+            ctx.caller.scopes,
+            ctx.situation,
+            obs.route,
+            obs.method,
+            obs.path,
+            obs.idempotent,
+            obs.idempotency_key,
+            obs.status,
+            obs.content_type,
+            obs.body,
+            tuple(headers.get(name) for name in self.classifier.headers_read),
+        )
+
+    async def _remember(
+        self, cache: AnswerCache, key: Hashable, obs: Observation, ctx: FailureContext
+    ) -> Rendering | None:
+        """Enrich as usual, rendering with the cache's sentinels, keep that, and fill it in."""
+        template_ctx = dataclasses.replace(ctx, request_id=cache.request_id)
+        made: list[tuple[Verdict, Recovery, int, Rendering | None]] = []
+
+        def render(verdict: Verdict, recovery: Recovery, duration_ms: int) -> Rendering | None:
+            template = self.rendering(obs, template_ctx, verdict, recovery, cache.duration_ms)
+            made.append((verdict, recovery, duration_ms, template))
+            return template
+
+        result = await self.enrich(obs, ctx, render)
+        if not made:
+            return result  # no rule matched, or it fell open before rendering
+        verdict, recovery, duration_ms, template = made[0]
+        resolved = ctx.mode is not Mode.ORIGINAL
+        entry = (
+            None  # a retry delay counted down to an instant: this answer is this moment's
+            if obs.clock_read
+            else cache.keep(key, obs, verdict, recovery, resolved, template)
+        )
+        if result is None:
+            return None  # fell open after rendering (over budget): the original goes out
+        if entry is None:
+            return self.rendering(obs, ctx, verdict, recovery, duration_ms)
+        return entry.answer(ctx.request_id, duration_ms)
+
+    def _replay(
+        self, kept: CachedAnswer, obs: Observation, ctx: FailureContext
+    ) -> Rendering | None:
+        """A kept answer for this request, counted and recorded as if enriched again."""
+        failure = kept.verdict.failure
+        rule = kept.verdict.rule
+        self._count(obs, ctx, failure, rule.id, rule.is_default)
+        if kept.resolved:
+            self.recovery.replayed(failure, kept.recovery)
+        result = kept.answer(ctx.request_id, int((self.clock() - ctx.started) * 1000))
+        if result is not None and ctx.mode is not Mode.ORIGINAL:
+            count_envelope(ctx.route, ctx.mode.value)
+        return result
 
     async def enrich(self, obs: Observation, ctx: FailureContext, render: Render[T]) -> T | None:
         """Classify, resolve and `render` within the budget; None means "send the original".
@@ -204,7 +315,7 @@ class Enricher:
             self._fell_back(ctx, FallbackReason.ENRICH_BUDGET)
             return None
         if result is not None and ctx.mode is not Mode.ORIGINAL and self.live:
-            ENVELOPES.labels(route=ctx.route, mode=ctx.mode.value).inc()
+            count_envelope(ctx.route, ctx.mode.value)
         return result
 
     def refused_now(self, obs: Observation, ctx: FailureContext) -> Rendering | None:
@@ -222,7 +333,7 @@ class Enricher:
             self._fell_back(ctx, FallbackReason.EXCEPTION)
             return None
         if result is not None and ctx.mode is not Mode.ORIGINAL and self.live:
-            ENVELOPES.labels(route=ctx.route, mode=ctx.mode.value).inc()
+            count_envelope(ctx.route, ctx.mode.value)
         return result
 
     async def _enrich(
@@ -238,7 +349,7 @@ class Enricher:
             recovery = await self.recovery.recover_within(
                 self.resolver_budget_s, failure, ctx.caller, ctx.situation, ctx.request_id
             )
-        return render(verdict, recovery, int((time.monotonic() - ctx.started) * 1000))
+        return render(verdict, recovery, int((self.clock() - ctx.started) * 1000))
 
     def _classified(self, obs: Observation, ctx: FailureContext, deadline: float) -> Verdict | None:
         """Classify and redact; counted and logged when live."""
@@ -281,13 +392,7 @@ class Enricher:
         if record is not None:
             record.failure_code, record.rule, record.mode = failure.code, rule, ctx.mode.value
             record.retryable, record.retry_after_ms = failure.retryable, failure.retry_after_ms
-        FAILURES.labels(
-            route=ctx.route,
-            category=failure.category.value,
-            code=failure.code,
-            rule=rule,
-            mode=ctx.mode.value,
-        ).inc()
+        count_failure(ctx.route, failure.category.value, failure.code, rule, ctx.mode.value)
         if ctx.capture is not None:
             _capture(obs, ctx, ctx.capture, failure, rule, is_default)
         if not is_default:

@@ -93,6 +93,12 @@ ENVELOPES = Counter(
     ["route", "mode"],
     registry=REGISTRY,
 )
+ANSWER_CACHE = Counter(
+    "mendpoint_answer_cache_total",
+    "Failures answered from the answer cache (hit) or enriched and kept for the next (miss)",
+    ["result"],
+    registry=REGISTRY,
+)
 FALLBACKS = Counter(
     "mendpoint_fail_open_total",
     "Failures sent as the original upstream response, by reason",
@@ -199,6 +205,9 @@ for _outcome in ResolverOutcome:
     RESOLUTIONS.labels(outcome=_outcome.value)
 for _result in ("success", "failure"):
     RELOADS.labels(result=_result)
+_ANSWER_CACHE_RESULTS = {
+    hit: ANSWER_CACHE.labels(result="hit" if hit else "miss") for hit in (True, False)
+}
 for _reason in ("missing", "wrong"):
     RESOLVER_AUTH_FAILURES.labels(reason=_reason)
 
@@ -227,6 +236,42 @@ def observe_upstream(route: str, seconds: float) -> None:
 @functools.lru_cache(maxsize=4096)
 def _request_child(route: str, method: str, status_class: str) -> Counter:
     return REQUESTS.labels(route=route, method=method, status_class=status_class)
+
+
+def count_failure(route: str, category: str, code: str, rule: str, mode: str) -> None:
+    """`FAILURES` for one classified failure, through a cached child (see `count_request`)."""
+    _failure_child(route, category, code, rule, mode).inc()
+
+
+def count_envelope(route: str, mode: str) -> None:
+    """`ENVELOPES` for one upgraded failure response, through a cached child."""
+    _envelope_child(route, mode).inc()
+
+
+def count_resolution(outcome: ResolverOutcome) -> None:
+    """`RESOLUTIONS` for one resolution outcome (a closed set), through a cached child."""
+    _resolution_child(outcome).inc()
+
+
+# Bounded: routes, codes and rules come from the config, categories and modes are closed sets.
+@functools.lru_cache(maxsize=4096)
+def _failure_child(route: str, category: str, code: str, rule: str, mode: str) -> Counter:
+    return FAILURES.labels(route=route, category=category, code=code, rule=rule, mode=mode)
+
+
+@functools.lru_cache(maxsize=1024)
+def _envelope_child(route: str, mode: str) -> Counter:
+    return ENVELOPES.labels(route=route, mode=mode)
+
+
+@functools.lru_cache(maxsize=16)
+def _resolution_child(outcome: ResolverOutcome) -> Counter:
+    return RESOLUTIONS.labels(outcome=outcome.value)
+
+
+def count_answer_cache(hit: bool) -> None:
+    """`ANSWER_CACHE`: one failure answered from the cache (`hit`) or looked up there in vain."""
+    _ANSWER_CACHE_RESULTS[hit].inc()
 
 
 def count_followup(route: str, code: str, outcome: str) -> None:

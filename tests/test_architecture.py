@@ -44,6 +44,7 @@ LAYERS = {
     "gateway.classify": 2,
     "gateway.resolve": 2,
     "gateway.envelope": 3,
+    "gateway.answer_cache": 3,
     "gateway.enrich": 4,
     "gateway.proxy": 5,
     "gateway.mcp": 6,

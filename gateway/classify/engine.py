@@ -24,6 +24,7 @@ from gateway.config.loaded import LoadedConfig
 from gateway.failure import Failure, TransportKind
 
 FIRST_FAILURE_STATUS = 400
+RETRY_AFTER = "Retry-After"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,12 @@ class Classifier:
         self._by_transport = _index_transports(self.rules)
         self._mcp = tuple(r for r in self.rules if r.is_mcp)
         self._refusals = refusal_rules(config.limits)
+        self.headers_read = tuple(
+            sorted({RETRY_AFTER, *(n for r in self.rules for n in r.headers_read)})
+        )
+        """Every response header a verdict or its rendering may depend on: the rules' header
+        tests, their retry-delay sources and `Retry-After` (whose presence the rendering
+        reads). The answer cache keys on these and on nothing else of the headers."""
 
     def has_rules_for(self, status: int) -> bool:
         """True when a response with this status must be inspected (the hot-path check)."""

@@ -7,6 +7,7 @@ parsing it as JSON happen lazily and are cached, so a thousand body rules cost o
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,23 @@ class Observation:
     jsonrpc_code: int | None = None
     _text: Any = field(default=_UNSET, repr=False)
     _json: Any = field(default=_UNSET, repr=False)
+    instant: float | None = field(default=None, repr=False)
+    """The Unix time the verdict was made at, once `now()` has read it."""
+
+    def now(self) -> float:
+        """The Unix time, read once: a retry hint given as an instant (an HTTP-date) needs it.
+
+        Reading it makes the verdict depend on when it was made (`clock_read`): the answer
+        cache never keeps such a verdict (gateway/answer_cache.py).
+        """
+        if self.instant is None:
+            self.instant = time.time()
+        return self.instant
+
+    @property
+    def clock_read(self) -> bool:
+        """The verdict used the current time (a retry delay counted down to an instant)."""
+        return self.instant is not None
 
     @property
     def replay_safe(self) -> bool:

@@ -151,7 +151,7 @@ def _retry_after_ms(
         return spec
     found: float | None = None
     if spec.header is not None:
-        found = parse_retry_after(obs.headers.get(spec.header))
+        found = parse_retry_after(obs.headers.get(spec.header), obs.now)
     if found is None and spec.json_ is not None:
         value = parse_json_path(spec.json_).get(obs.json)
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:

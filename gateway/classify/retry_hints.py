@@ -39,14 +39,29 @@ _DETAILS = tuple(
 _DURATION = regex.compile(r"(?:(\d+(?:\.\d+)?)(ms|h|m|s))+\Z")
 _DURATION_PART = regex.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+HINT_HEADERS = (
+    "retry-after-ms",
+    "Retry-After",
+    "RateLimit",
+    "RateLimit-Reset",
+    "X-RateLimit-Reset",
+    "X-Rate-Limit-Reset",
+)
+"""Every response header `hinted_delay_ms` may read (the answer cache keys on them)."""
+Clock = Callable[[], float]
+"""The current Unix time, read only when a hint is an instant rather than a delay."""
 
 
 def hinted_delay_ms(obs: Observation, now: float | None = None) -> float | None:
-    """The first retry hint the upstream gave, in milliseconds, or None."""
-    now = time.time() if now is None else now
+    """The first retry hint the upstream gave, in milliseconds, or None.
+
+    The clock is read (`Observation.now`) only for a hint given as an instant (an HTTP-date,
+    a Unix time), so a verdict built from a delay alone stays the same for the same answer.
+    """
+    clock: Clock = obs.now if now is None else _fixed(now)
     headers = obs.headers
     for source in _HEADER_SOURCES:
-        found = source(headers, now)
+        found = source(headers, clock)
         if found is not None:
             return found
     if obs.body is not None:
@@ -54,14 +69,16 @@ def hinted_delay_ms(obs: Observation, now: float | None = None) -> float | None:
         if found is not None:
             return found
     for source in _LATE_HEADER_SOURCES:
-        found = source(headers, now)
+        found = source(headers, clock)
         if found is not None:
             return found
     return None
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """`Retry-After` as milliseconds: delay-seconds or an HTTP-date; None if unparseable."""
+def parse_retry_after(value: str | None, now: float | Clock | None = None) -> float | None:
+    """`Retry-After` as milliseconds: delay-seconds or an HTTP-date; None if unparseable.
+
+    `now` (an instant or a function giving one) is read only for an HTTP-date."""
     if value is None:
         return None
     value = value.strip()
@@ -73,7 +90,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     if when.tzinfo is None:
         return None
-    delta = when.timestamp() - (time.time() if now is None else now)
+    instant = time.time() if now is None else now() if callable(now) else now
+    delta = when.timestamp() - instant
     return max(delta, 0.0) * 1000.0
 
 
@@ -91,7 +109,7 @@ def retry_info_ms(body: Any) -> float | None:
     return None
 
 
-def ratelimit_ms(headers: Mapping[str, str], now: float) -> float | None:
+def ratelimit_ms(headers: Mapping[str, str], clock: Clock) -> float | None:
     """The IETF RateLimit fields: `RateLimit: "p";r=0;t=30` (draft 07+) or the older
     `RateLimit: limit=10, remaining=0, reset=30` and `RateLimit-Reset: 30`."""
     value = headers.get("RateLimit")
@@ -113,7 +131,7 @@ def ratelimit_ms(headers: Mapping[str, str], now: float) -> float | None:
     return seconds * 1000.0 if seconds >= 0 else None
 
 
-def x_ratelimit_reset_ms(headers: Mapping[str, str], now: float) -> float | None:
+def x_ratelimit_reset_ms(headers: Mapping[str, str], clock: Clock) -> float | None:
     """`x-ratelimit-reset`: delay seconds, a Unix time (s or ms), or a duration (`6m0s`)."""
     for name in ("X-RateLimit-Reset", "X-Rate-Limit-Reset"):
         value = headers.get(name)
@@ -127,9 +145,9 @@ def x_ratelimit_reset_ms(headers: Mapping[str, str], now: float) -> float | None
         if number < 0:
             continue
         if number >= UNIX_MS_FLOOR:
-            return max(number / 1000 - now, 0.0) * 1000.0
+            return max(number / 1000 - clock(), 0.0) * 1000.0
         if number >= UNIX_TIME_FLOOR:
-            return max(number - now, 0.0) * 1000.0
+            return max(number - clock(), 0.0) * 1000.0
         return number * 1000.0
     return None
 
@@ -151,17 +169,21 @@ def parse_duration_ms(value: str | None, unit: str = "s") -> float | None:
     return float(found["n"]) * scale
 
 
-def _retry_after_ms_header(headers: Mapping[str, str], now: float) -> float | None:
+def _retry_after_ms_header(headers: Mapping[str, str], clock: Clock) -> float | None:
     value = headers.get("retry-after-ms")
     number = _seconds(value) if value is not None else -1.0
     return number if number >= 0 else None
 
 
-def _retry_after_header(headers: Mapping[str, str], now: float) -> float | None:
-    return parse_retry_after(headers.get("Retry-After"), now)
+def _retry_after_header(headers: Mapping[str, str], clock: Clock) -> float | None:
+    return parse_retry_after(headers.get("Retry-After"), clock)
 
 
-HeaderSource = Callable[[Mapping[str, str], float], float | None]
+def _fixed(now: float) -> Clock:
+    return lambda: now
+
+
+HeaderSource = Callable[[Mapping[str, str], Clock], float | None]
 _HEADER_SOURCES: tuple[HeaderSource, ...] = (_retry_after_ms_header, _retry_after_header)
 _LATE_HEADER_SOURCES: tuple[HeaderSource, ...] = (ratelimit_ms, x_ratelimit_reset_ms)
 
@@ -200,4 +222,10 @@ def _proto_duration_ms(value: Any) -> float | None:
     return None
 
 
-__all__ = ["hinted_delay_ms", "parse_duration_ms", "parse_retry_after", "retry_info_ms"]
+__all__ = [
+    "HINT_HEADERS",
+    "hinted_delay_ms",
+    "parse_duration_ms",
+    "parse_retry_after",
+    "retry_info_ms",
+]

@@ -15,9 +15,10 @@ from typing import Any
 
 from gateway.classify.fields import FieldSource
 from gateway.classify.observation import Observation
+from gateway.classify.retry_hints import HINT_HEADERS
 from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.loaded import SourcedRule
-from gateway.config.models import ErrorSpec, JsonMatch
+from gateway.config.models import ErrorSpec, JsonMatch, RetryAfterSpec
 from gateway.config.patterns import (
     LiteralPattern,
     Pattern,
@@ -101,6 +102,16 @@ class CompiledRule:
             and self.jsonrpc_code is None
             and self.idempotent is None
         )
+
+    @property
+    def headers_read(self) -> tuple[str, ...]:
+        """Every response header this rule's match or failure may read (for the answer cache)."""
+        names = [name for name, _ in self.headers]
+        retry = self.error.retry_after_ms
+        if isinstance(retry, RetryAfterSpec):
+            names.extend(n for n in (retry.header,) if n is not None)
+            names.extend(HINT_HEADERS if retry.hints else ())
+        return tuple(names)
 
     def matches(
         self, obs: Observation, regex_timeout_s: float, deadline: float = math.inf

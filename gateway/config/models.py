@@ -461,6 +461,10 @@ class LimitsSpec(Strict):
     tunnel_idle_timeout_s: float = Field(default=300, gt=0, le=86_400)
     max_client_connections: int = Field(default=4096, ge=1)
     regex_timeout_ms: int = Field(default=50, ge=1, le=10_000)
+    # Repeated failures answered from memory (docs/performance.md): at most this many answers
+    # and bytes (error bodies and rendered bodies) per config; 0 entries turns the cache off.
+    answer_cache_entries: int = Field(default=1024, ge=0, le=1_000_000)
+    answer_cache_bytes: int = Field(default=8 << 20, ge=0, le=1 << 30)
 
 
 class LogSpec(Strict):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
-from gateway.observe import RESOLUTIONS, RESOLVER_LATENCY, GapReporter, ResolverOutcome
+from gateway.observe import RESOLVER_LATENCY, GapReporter, ResolverOutcome, count_resolution
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery, resolve_locally
@@ -106,10 +106,10 @@ class RecoveryService:
             async with self.budget(budget_s):
                 return await self.recover(failure, caller, situation)
         except TimeoutError:
-            RESOLUTIONS.labels(outcome=ResolverOutcome.TIMEOUT.value).inc()
+            count_resolution(ResolverOutcome.TIMEOUT)
             log.warning("recovery resolution over budget request_id=%s", request_id)
         except Exception:
-            RESOLUTIONS.labels(outcome=ResolverOutcome.ERROR.value).inc()
+            count_resolution(ResolverOutcome.ERROR)
             log.exception("recovery resolution failed request_id=%s", request_id)
         finally:
             RESOLVER_LATENCY.observe(time.monotonic() - begun)
@@ -129,7 +129,7 @@ class RecoveryService:
                 if isinstance(exc, CircuitOpen)
                 else (ResolverOutcome.ERROR)
             )
-            RESOLUTIONS.labels(outcome=outcome.value).inc()
+            count_resolution(outcome)
             log.warning("remote resolver unavailable (%s); no recovery options", exc)
             return NO_RECOVERY
         options = tuple(
@@ -137,6 +137,16 @@ class RecoveryService:
             for rank, o in enumerate(wire[: self.max_options], start=1)
         )
         return self._counted(Recovery(options))
+
+    def replayed(self, failure: Failure, recovery: Recovery) -> None:
+        """Count a kept local `recovery` for `failure` as `recover` counted it when it was
+        resolved (the answer cache's hits; gateway/answer_cache.py): outcome and catalog gap."""
+        intent = failure.recovery_intent
+        if intent is None or self.max_options == 0 or self.remote is not None:
+            return
+        if self.catalog.lacks(intent):
+            self.gaps.report(intent)
+        self._counted(recovery)
 
     def _local(self, query: ResolveQuery) -> Recovery:
         if self.catalog.lacks(query.intent):
@@ -147,7 +157,7 @@ class RecoveryService:
     @staticmethod
     def _counted(recovery: Recovery) -> Recovery:
         outcome = ResolverOutcome.OPTIONS if recovery.available else ResolverOutcome.NONE
-        RESOLUTIONS.labels(outcome=outcome.value).inc()
+        count_resolution(outcome)
         return recovery if recovery.available else NO_RECOVERY
 
     def budget(self, seconds: float) -> contextlib.AbstractAsyncContextManager[object]:

@@ -1,0 +1,244 @@
+"""The answer cache answers exactly what enriching again would (docs/performance.md).
+
+Every HTTP fixture of every shipped pack, in every mode, for JSON and HTML clients, goes to an
+enricher without the cache and to one with it, as several requests with their own request ids
+(quotes and backslashes included) and durations: the rendering (headers, body, content type)
+and the access record must be the same, byte for byte, whether the answer was enriched, kept or
+replayed; and what can be kept must be answered from the cache the second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
+from gateway.classify import Observation
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import builtin_names, builtin_text, load_config
+from gateway.enrich import Enricher, FailureContext
+from gateway.envelope import Rendering
+from gateway.failure import Mode
+from gateway.fixtures import FixtureCase, load_fixtures, sample_of
+from gateway.logs import AccessRecord
+from gateway.resolve.callers import Caller
+from gateway.resolve.service import Situation
+
+NOW = 5000.0
+INTENTS = ("credential_refresh", "input_validation", "payload_reduction")
+REQUEST_IDS = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1)
+
+
+def config(root: Path) -> LoadedConfig:
+    """The embedded defaults (every pack) with a catalog that offers a skill per intent,
+    one of them only to callers with a scope."""
+    skills = [
+        {
+            "name": f"fix.{intent}",
+            "version": "1.0.0",
+            "recovers": [intent],
+            "repair": "inspect",
+            "purpose": f"Repairs {intent}",
+            "scopes": ["data:read"] if intent == "input_validation" else [],
+        }
+        for intent in INTENTS
+    ]
+    routes = [{"name": "default", "prefix": "/", "upstream": "http://127.0.0.1:9"}]
+    path = root / "gateway.yaml"
+    # No budget to run over on a loaded machine: a fall-back is not what is compared here.
+    data = {"routes": routes, "skills": skills, "enrich_budget_ms": 60_000}
+    path.write_text(json.dumps(data))
+    return load_config(str(path))
+
+
+def http_cases() -> list[tuple[str, FixtureCase]]:
+    cases = []
+    for name in builtin_names():
+        for case in load_fixtures(builtin_text(f"fixtures/{name}"), name).cases:
+            if case.response is not None:
+                cases.append((name, case))
+    return cases
+
+
+CASES = http_cases()
+
+
+def observation(case: FixtureCase, instant: float | None = None) -> Observation:
+    sample = sample_of(case)
+    return Observation(
+        route="default",
+        method=sample.method,
+        path=sample.path,
+        status=sample.status,
+        headers=sample.headers,
+        body=sample.body,
+        content_type=sample.headers.get("Content-Type", ""),
+        idempotent=sample.method in ("GET", "HEAD", "PUT", "DELETE", "OPTIONS"),
+        instant=instant,
+    )
+
+
+def context(
+    case: FixtureCase, mode: Mode, request_id: str, duration_ms: int, accept_json: bool
+) -> FailureContext:
+    scopes = frozenset({"data:read"}) if len(request_id) % 2 else frozenset()
+    return FailureContext(
+        route="default",
+        mode=mode,
+        request_id=request_id,
+        caller=Caller("agent" if scopes else None, scopes),
+        situation=Situation(operation=f"{case.request.method} {case.request.path}"),
+        started=NOW - duration_ms / 1000,
+        record=AccessRecord(request_id, case.request.method, case.request.path, 0.0),
+        json_clients=True,
+        prefers_json=accept_json,
+    )
+
+
+def enrichers(loaded: LoadedConfig) -> tuple[Enricher, Enricher]:
+    uncached, cached = Enricher.build(loaded), Enricher.build(loaded)
+    uncached.answers = None
+    assert cached.answers is not None
+    for enricher in (uncached, cached):
+        enricher.clock = lambda: NOW
+    return uncached, cached
+
+
+def recorded(record: AccessRecord | None) -> tuple[Any, ...]:
+    assert record is not None
+    return (record.failure_code, record.rule, record.mode, record.retryable, record.retry_after_ms)
+
+
+def parts(rendering: Rendering | None) -> tuple[Any, ...] | None:
+    if rendering is None:
+        return None
+    return (list(rendering.headers), rendering.body, rendering.content_type)
+
+
+class Answering:
+    """The config, under a short name: hypothesis prints what a failing example was given."""
+
+    def __init__(self, loaded: LoadedConfig) -> None:
+        self.loaded = loaded
+
+    def __repr__(self) -> str:
+        return "Answering(every pack, a catalog)"
+
+
+@pytest.fixture(scope="module")
+def answering(tmp_path_factory: pytest.TempPathFactory) -> Answering:
+    return Answering(config(tmp_path_factory.mktemp("answers")))
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    requests=st.lists(
+        st.tuples(REQUEST_IDS, st.integers(min_value=0, max_value=10**6)), min_size=2, max_size=3
+    ),
+    accept_json=st.booleans(),
+)
+def test_cached_answers_are_the_uncached_answers(
+    answering: Answering, mode: Mode, requests: list[tuple[str, int]], accept_json: bool
+) -> None:
+    uncached, cached = enrichers(answering.loaded)
+    assert cached.answers is not None
+
+    hits = []
+    again = (requests[0][0], requests[-1][1] + 1)  # the first request's key, a new duration
+
+    async def compare(case: FixtureCase) -> None:
+        seen = set()
+        for request_id, duration_ms in [*requests, again]:
+            direct_ctx = context(case, mode, request_id, duration_ms, accept_json)
+            direct_obs = observation(case)
+            direct = await uncached.response(direct_obs, direct_ctx)
+            # The same request: the same wall-clock instant if its verdict read the clock.
+            via_obs = observation(case, direct_obs.instant)
+            via_ctx = context(case, mode, request_id, duration_ms, accept_json)
+            key = cached.answer_key(via_obs, via_ctx)
+            assert key is not None
+            kept = cached.answers.get(key) if cached.answers else None
+            via = await cached.response(via_obs, via_ctx)
+            assert parts(via) == parts(direct), case.name
+            assert recorded(via_ctx.record) == recorded(direct_ctx.record), case.name
+            matched = recorded(direct_ctx.record)[0] is not None
+            if key in seen and direct_obs.instant is None and matched:
+                assert kept is not None, f"{case.name}: the repeat was not a hit"
+                hits.append(case.name)
+            seen.add(key)
+
+    async def run_all() -> None:
+        for _, case in CASES:
+            await compare(case)
+
+    asyncio.run(run_all())
+    assert len(set(hits)) > len(CASES) // 2
+
+
+def test_every_pack_gives_http_cases() -> None:
+    packs = {name for name, _ in CASES}
+    assert packs >= set(builtin_names()) - {"mcp-defaults"}
+
+
+def rate_limited(headers: dict[str, str]) -> FixtureCase:
+    return FixtureCase.model_validate(
+        {
+            "name": "429",
+            "request": {"method": "GET", "path": "/v1/items"},
+            "response": {"status": 429, "json": {"error": "slow down"}, "headers": headers},
+            "expect": {"code": "RATE_LIMITED"},
+        }
+    )
+
+
+def test_a_header_the_rules_read_is_part_of_the_key(answering: Answering) -> None:
+    """The same body with another `Retry-After` (or none) is another answer, not a hit."""
+    uncached, cached = enrichers(answering.loaded)
+    headers = [{"Retry-After": "30"}, {"Retry-After": "60"}, {}, {"Retry-After": "30"}]
+
+    async def both(case: FixtureCase) -> tuple[Any, Any]:
+        direct = await uncached.response(
+            observation(case), context(case, Mode.ADDITIVE, "r", 1, False)
+        )
+        via = await cached.response(observation(case), context(case, Mode.ADDITIVE, "r", 1, False))
+        return parts(direct), parts(via)
+
+    async def run_all() -> list[tuple[Any, Any]]:
+        return [await both(rate_limited(h)) for h in headers]
+
+    answers = asyncio.run(run_all())
+    assert all(direct == via for direct, via in answers)
+    assert len({repr(direct) for direct, _ in answers}) == 3
+    assert cached.answers is not None and len(cached.answers) == 3
+
+
+def test_a_retry_delay_counted_down_to_a_date_is_never_kept(answering: Answering) -> None:
+    _, cached = enrichers(answering.loaded)
+    case = rate_limited({"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"})
+    obs = observation(case)
+    rendering = asyncio.run(cached.response(obs, context(case, Mode.ADDITIVE, "r", 1, False)))
+    assert rendering is not None and obs.clock_read
+    assert cached.answers is not None and len(cached.answers) == 0
+
+
+def test_the_cache_is_bounded_by_entries_and_bytes() -> None:
+    loaded_case = rate_limited({})
+    verdict_cache = AnswerCache(max_entries=2, max_bytes=10 * ENTRY_OVERHEAD_BYTES)
+    obs = observation(loaded_case)
+    for key in ("a", "b", "c"):
+        verdict_cache.keep(key, obs, None, None, False, None)  # type: ignore[arg-type]
+    assert len(verdict_cache) == 2 and verdict_cache.get("a") is None
+    small = AnswerCache(max_entries=100, max_bytes=2 * ENTRY_OVERHEAD_BYTES + 200)
+    for key in ("a", "b", "c"):
+        small.keep(key, obs, None, None, False, None)  # type: ignore[arg-type]
+    assert small.bytes <= small.max_bytes and len(small) == 2
+    assert small.get("b") is not None and small.get("a") is None
