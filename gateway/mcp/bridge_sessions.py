@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,25 +41,43 @@ class SessionsFull(Exception):
 
 @dataclass(eq=False)
 class Waiter:
-    """One POST waiting for the responses to its requests (and, as a stream, server messages)."""
+    """One POST waiting for the responses to its requests (and, as a stream, server messages).
+
+    Lines wait in a deque, and the POST in one future while there is none: an `asyncio.Queue`
+    per POST cost about 4 µs, more than the rest of the waiting (one reader, one writer).
+    """
 
     outstanding: dict[RequestKey, str]
     stream: bool
     # Each line with the message it holds: the pump parsed it once, nobody parses it again.
-    queue: asyncio.Queue[tuple[bytes, Any]] = field(default_factory=asyncio.Queue)
+    arrived: deque[tuple[bytes, Any]] = field(default_factory=deque)
+    _wake: asyncio.Future[None] | None = None
 
     def deliver(self, key: RequestKey, line: bytes, message: Any) -> None:
+        """The response to `key`."""
         self.outstanding.pop(key, None)
-        self.queue.put_nowait((line, message))
+        self.push(line, message)
+
+    def push(self, line: bytes, message: Any) -> None:
+        """A line for this POST: a response, or a server message for its stream."""
+        self.arrived.append((line, message))
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     def answered(self) -> bool:
         """Every request has its response and nothing is left to read."""
-        return not self.outstanding and self.queue.empty()
+        return not self.outstanding and not self.arrived
 
     async def lines(self) -> AsyncIterator[tuple[bytes, Any]]:
         """Lines in arrival order until every request of this POST has its response."""
-        while self.outstanding or not self.queue.empty():
-            yield await self.queue.get()
+        while self.outstanding or self.arrived:
+            if not self.arrived:
+                self._wake = asyncio.get_running_loop().create_future()
+                try:
+                    await self._wake
+                finally:
+                    self._wake = None
+            yield self.arrived.popleft()
 
 
 class BridgeSession:
@@ -211,7 +230,7 @@ class BridgeSession:
         # A request or notification of the server's own: the newest POST stream is most
         # likely the call it belongs to (progress, logging, sampling); else the GET stream.
         if self._streams:
-            self._streams[-1].queue.put_nowait((line, message))
+            self._streams[-1].push(line, message)
         elif self._listener is not None:
             self._listener.put_nowait(line)
         else:
