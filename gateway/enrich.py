@@ -268,11 +268,10 @@ class Enricher:
             return result  # no rule matched, or it fell open before rendering
         verdict, recovery, duration_ms, template = made[0]
         resolved = ctx.mode is not Mode.ORIGINAL
-        entry = (
-            None  # a retry delay counted down to an instant: this answer is this moment's
-            if obs.clock_read
-            else cache.keep(key, obs, verdict, recovery, resolved, template)
-        )
+        # Not kept: a retry delay counted down to an instant (this answer is this moment's),
+        # or a verdict made with a regex that timed out (an unhurried search may differ).
+        momentary = obs.clock_read or obs.regex_gave_up
+        entry = None if momentary else cache.keep(key, obs, verdict, recovery, resolved, template)
         if result is None:
             return None  # fell open after rendering (over budget): the original goes out
         if entry is None:

@@ -46,6 +46,9 @@ class Observation:
     jsonrpc_code: int | None = None
     _text: Any = field(default=_UNSET, repr=False)
     _json: Any = field(default=_UNSET, repr=False)
+    regex_gave_up: bool = False
+    """A rule's regex timed out on this exchange and counted as no match
+    (`gateway.classify.rules`): the answer cache never keeps such a verdict."""
     instant: float | None = field(default=None, repr=False)
     """The Unix time the verdict was made at, once `now()` has read it."""
 

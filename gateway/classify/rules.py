@@ -42,27 +42,35 @@ class JsonCondition:
     equals: Any
 
     def first_match(
-        self, body: Any, timeout: float, rule_id: str, deadline: float
+        self, body: Any, timeout: float, rule_id: str, deadline: float, obs: Observation
     ) -> Captures | None:
         """Captures of the first value that satisfies the condition (wildcards: any value)."""
         if self.path.literal:
             value = self.path.get(body)
-            return None if value is None else self._test(value, {}, timeout, rule_id, deadline)
+            if value is None:
+                return None
+            return self._test(value, {}, timeout, rule_id, deadline, obs)
         for value, bound in self.path.find(body):
-            found = self._test(value, bound, timeout, rule_id, deadline)
+            found = self._test(value, bound, timeout, rule_id, deadline, obs)
             if found is not None:
                 return found
         return None
 
     def _test(
-        self, value: Any, bound: Captures, timeout: float, rule_id: str, deadline: float
+        self,
+        value: Any,
+        bound: Captures,
+        timeout: float,
+        rule_id: str,
+        deadline: float,
+        obs: Observation,
     ) -> Captures | None:
         if self.equals is not None and value != self.equals:
             return None
         if self.regex is None:
             return dict(bound)
         text = value if isinstance(value, str) else _scalar_text(value)
-        found = None if text is None else _search(self.regex, text, timeout, rule_id, deadline)
+        found = None if text is None else _search(self.regex, text, timeout, rule_id, deadline, obs)
         return None if found is None else {**bound, **_named(found)}
 
 
@@ -134,7 +142,7 @@ class CompiledRule:
             found = (
                 None
                 if value is None
-                else _search(pattern, value, regex_timeout_s, self.id, deadline)
+                else _search(pattern, value, regex_timeout_s, self.id, deadline, obs)
             )
             if found is None:
                 return None
@@ -142,7 +150,7 @@ class CompiledRule:
         if self.json:
             body = obs.json
             for condition in self.json:
-                found = condition.first_match(body, regex_timeout_s, self.id, deadline)
+                found = condition.first_match(body, regex_timeout_s, self.id, deadline, obs)
                 if found is None:
                     return None
                 captures.update(found)
@@ -151,7 +159,7 @@ class CompiledRule:
             found = (
                 None
                 if text is None
-                else _search(self.body, text, regex_timeout_s, self.id, deadline)
+                else _search(self.body, text, regex_timeout_s, self.id, deadline, obs)
             )
             if found is None:
                 return None
@@ -212,14 +220,16 @@ def literal_first_segment(glob: str | None) -> str | None:
 
 
 def _search(
-    pattern: Pattern, text: str, timeout: float, rule_id: str, deadline: float = math.inf
+    pattern: Pattern, text: str, timeout: float, rule_id: str, deadline: float, obs: Observation
 ) -> Any:
     """`pattern.search` under the per-regex timeout and the classification's deadline.
 
     The `regex` module's timeout counts process CPU time, not wall time: on a loaded host a
     50 ms timeout took over a second of wall time, and with many rules those add up while the
     event loop is blocked. So each search also gets at most what is left of the wall-clock
-    deadline, and none starts once it has passed.
+    deadline, and none starts once it has passed. A search that times out is marked on `obs`
+    (`regex_gave_up`): the verdict is then not one an unhurried search gives, and the answer
+    cache keeps none such.
     """
     if isinstance(pattern, LiteralPattern):
         # A substring test (most header tests) costs next to nothing: it neither needs a
@@ -232,6 +242,7 @@ def _search(
     try:
         return pattern.search(text, timeout=limit)
     except TimeoutError:
+        obs.regex_gave_up = True
         log.warning(
             "regex of rule %s timed out after %.0f ms; treated as no match", rule_id, limit * 1000
         )

@@ -242,3 +242,24 @@ def test_the_cache_is_bounded_by_entries_and_bytes() -> None:
         small.keep(key, obs, None, None, False, None)  # type: ignore[arg-type]
     assert small.bytes <= small.max_bytes and len(small) == 2
     assert small.get("b") is not None and small.get("a") is None
+
+
+def test_a_verdict_made_with_a_regex_that_timed_out_is_never_kept(tmp_path: Path) -> None:
+    routes = [{"name": "default", "prefix": "/", "upstream": "http://127.0.0.1:9"}]
+    evil = {"id": "evil", "match": {"status": [400], "body": "^(\\w+\\s?)*$"}}
+    evil["error"] = {"code": "EVIL", "category": "VALIDATION_ERROR"}
+    data = {"routes": routes, "rules": [evil], "limits": {"regex_timeout_ms": 5}}
+    path = tmp_path / "gateway.yaml"
+    path.write_text(json.dumps(data))
+    _, cached = enrichers(load_config(str(path)))
+    case = FixtureCase.model_validate(
+        {
+            "name": "evil",
+            "response": {"status": 400, "body": "a" * 5000 + "!"},
+            "expect": {"code": "BAD_REQUEST"},
+        }
+    )
+    obs = observation(case)
+    rendering = asyncio.run(cached.response(obs, context(case, Mode.ADDITIVE, "r", 1, False)))
+    assert obs.regex_gave_up and rendering is not None
+    assert cached.answers is not None and len(cached.answers) == 0

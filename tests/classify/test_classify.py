@@ -169,6 +169,23 @@ def test_catastrophic_regex_times_out_as_no_match(tmp_path: Path) -> None:
     assert verdict is not None and verdict.rule.id == "http-400"
 
 
+def test_a_regex_that_times_out_marks_the_observation(tmp_path: Path) -> None:
+    """The verdict made past a timed-out regex is not what an unhurried search gives: the
+    observation says so, and the answer cache keeps no such verdict (docs/performance.md)."""
+    loaded = loaded_with(
+        tmp_path,
+        [rule("slow", {"status": [400], "body": "^(\\w+\\s?)*$"})],
+        limits={"regex_timeout_ms": 5},
+    )
+    classifier = Classifier(loaded)
+    slow = obs(body="a" * 5000 + "!")
+    verdict = classifier.classify(slow)
+    assert verdict is not None and verdict.rule.id == "http-400" and slow.regex_gave_up
+    calm = obs(body="a b")
+    verdict = classifier.classify(calm)
+    assert verdict is not None and verdict.rule.id == "slow" and not calm.regex_gave_up
+
+
 def test_captures_fill_templates_cleaned_and_cut(tmp_path: Path) -> None:
     loaded = loaded_with(
         tmp_path,
