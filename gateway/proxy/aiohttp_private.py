@@ -19,6 +19,9 @@ The names, by what needs them:
   defaults a missing Content-Type to application/octet-stream: a transparent proxy must not
   claim a type the origin never sent. (`relay.RewrittenResponse`, a rewritten error body,
   inherits it without naming anything private.)
+- `OneWriteResponse` sets `StreamResponse._send_headers_immediately`, aiohttp's own switch
+  (`web.Response` sets it too) that keeps a prepared head in the writer until the body is
+  written: head and body then go out in one `send()`, not two.
 - `server_handler_kwargs` reads `web.Server._kwargs`, the request-handler settings aiohttp's
   `Server.__call__` passes to each `RequestHandler`. The gateway builds its own handler
   (`GatewayProtocol`, precise 414/431 statuses) with the same settings.
@@ -98,6 +101,18 @@ class RelayResponse(web.StreamResponse):
             self.headers.popall(hdrs.CONTENT_TYPE, None)
 
 
+class OneWriteResponse(RelayResponse):
+    """A RelayResponse whose head waits for its body, so both go out in one write.
+
+    aiohttp's StreamResponse sends its head the moment it is prepared, a `send()` of its own,
+    as a stream should: the client sees the head while the body is still coming. An answer
+    whose body is already whole gains nothing from that and pays a second system call per
+    response; `web.Response` opts out with this class attribute, and so does this.
+    """
+
+    _send_headers_immediately = False
+
+
 def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
     """The settings `server()` would build each `RequestHandler` with (limits, access log, …).
 
@@ -108,4 +123,4 @@ def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
     return kwargs
 
 
-__all__ = ["LazyReadTimeoutProtocol", "RelayResponse", "server_handler_kwargs"]
+__all__ = ["LazyReadTimeoutProtocol", "OneWriteResponse", "RelayResponse", "server_handler_kwargs"]

@@ -2,8 +2,9 @@
 
 One shortcut: a small body that has already arrived whole with its head (nginx and most
 servers send a short answer in one segment) is answered in one call, head and body in one
-write, without the chunk loop. It holds nothing that streaming would not hold: the bytes are
-in the upstream stream's buffer either way.
+write instead of two, without the chunk loop. It holds nothing that streaming would not
+hold: the bytes are in the upstream stream's buffer either way. A body the failure path read
+whole is sent the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator
 from aiohttp import HttpVersion11, StreamReader, hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.proxy.aiohttp_private import RelayResponse
+from gateway.proxy.aiohttp_private import OneWriteResponse, RelayResponse
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.upstream import UPSTREAM_ERRORS
@@ -45,23 +46,29 @@ async def relay(
 ) -> web.StreamResponse:
     """Send `already_read`, then (unless `complete`) the rest of the upstream body.
 
-    If the upstream fails mid-body the client connection is aborted: with the status line
-    already sent, a cleanly ended short body would be mistaken for a complete one.
+    A `complete` body, or a small one that `arrived_whole`, goes out with its head in one
+    write. Otherwise the head goes at once and the body follows as it arrives; if the
+    upstream fails mid-body the client connection is aborted: with the status line already
+    sent, a cleanly ended short body would be mistaken for a complete one.
     """
-    response = RelayResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-    whole = None if complete or already_read else arrived_whole(request.method, upstream)
-    await response.prepare(request)  # the head is only buffered: it goes with the first bytes
+    if complete:
+        whole: bytes | None = already_read
+    else:
+        whole = None if already_read else arrived_whole(request.method, upstream)
     if whole is not None:
+        answer = OneWriteResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+        await answer.prepare(request)  # the head waits in the writer for the body
         # A client that left is no one's failure: aiohttp ignores it too for any answer.
         with contextlib.suppress(ConnectionError):
-            await response.write_eof(whole)
-        return response
+            await answer.write_eof(whole)
+        return answer
+    response = RelayResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+    await response.prepare(request)
     try:
         if already_read:
             await response.write(already_read)
-        if not complete:
-            async for chunk in _chunks(upstream.content):
-                await response.write(chunk)
+        async for chunk in _chunks(upstream.content):
+            await response.write(chunk)
     except UPSTREAM_ERRORS as exc:
         log.warning(
             "upstream failed mid-body (%s); aborting the client connection", type(exc).__name__

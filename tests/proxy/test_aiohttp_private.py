@@ -23,7 +23,7 @@ from aiohttp.client_proto import ResponseHandler
 from pytest_aiohttp import AiohttpClient
 
 from gateway.config.models import LimitsSpec
-from gateway.proxy.aiohttp_private import RelayResponse, server_handler_kwargs
+from gateway.proxy.aiohttp_private import OneWriteResponse, RelayResponse, server_handler_kwargs
 from gateway.proxy.client import UpstreamClient
 from tests.support.paths import PACKAGE
 
@@ -159,6 +159,39 @@ async def test_prepare_headers_is_where_the_default_content_type_is_added(
     assert await relayed.read() == b"body"
 
 
+async def test_send_headers_immediately_decides_whether_prepare_writes_the_head(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    """A StreamResponse still writes its head when prepared (else the override is moot) and
+    a OneWriteResponse keeps it until the body: nothing reaches the socket before then."""
+    name = "aiohttp.web.StreamResponse._send_headers_immediately"
+    assert getattr(web.StreamResponse, "_send_headers_immediately", None) is True, f"{name} is gone"
+    assert "_send_headers_immediately" in calls(web.StreamResponse._write_headers), (
+        f"{name} is no longer what _write_headers consults"
+    )
+    written: dict[str, int] = {}
+
+    def answer(response_class: type[web.StreamResponse]) -> Callable[..., Any]:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            response = response_class(status=200)
+            await response.prepare(request)
+            written[response_class.__name__] = request.writer.output_size
+            await response.write_eof(b"body")
+            return response
+
+        return handler
+
+    app = web.Application()
+    app.router.add_get("/stream", answer(web.StreamResponse))
+    app.router.add_get("/one", answer(OneWriteResponse))
+    client = await aiohttp_client(app)
+    for path in ("/stream", "/one"):
+        async with client.get(path) as response:
+            assert await response.read() == b"body"
+    assert written["StreamResponse"] > 0, f"{name}: a prepared StreamResponse no longer writes"
+    assert written["OneWriteResponse"] == 0, f"overriding {name} no longer holds the head back"
+
+
 async def test_server_kwargs_are_the_request_handler_settings() -> None:
     async def handler(request: web.BaseRequest) -> web.StreamResponse:
         return web.Response()
@@ -191,6 +224,7 @@ PRIVATE_NAMES = frozenset(
         "_on_read_timeout",
         "_reading_paused",
         "_prepare_headers",
+        "_send_headers_immediately",
         "_kwargs",
     }
 )  # `_loop` is left out: the gateway's own classes use the name too.
