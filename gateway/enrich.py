@@ -93,14 +93,35 @@ class FailureContext:
     """What an envelope's `meta.original` keeps of the body (`routes[].meta_original`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RouteAnswers:
+    """What an HTTP route and the request's `Accept` decide about a failure's body: the proxy
+    (`RequestContext.answer_context`) and `explain` both decide with `of`, so they answer alike.
+    """
+
+    json_clients: bool = False
+    prefers_json: bool = False
+    original: MetaOriginalSpec = KEEP_ALL
+
+    @classmethod
+    def of(cls, spec: RouteSpec, accept: str | None) -> RouteAnswers:
+        json_clients = spec.json_for_json_clients and spec.type == "http"
+        return cls(json_clients, prefers_json(accept), spec.meta_original)
+
+
+NO_ROUTE_ANSWERS = RouteAnswers()
+"""MCP and transport contexts: no JSON-for-JSON-clients, the whole body in `meta.original`."""
+
+
 def as_route_answers(ctx: FailureContext, spec: RouteSpec, accept: str | None) -> FailureContext:
-    """`ctx` with what an HTTP route and the request's `Accept` decide about the body: the
-    proxy and `explain` both build their context with this, so they answer alike."""
+    """`ctx` with `RouteAnswers.of(spec, accept)` (the proxy builds its context with them at
+    once: `dataclasses.replace` costs a failure 2.4 µs, the fields 0.9 µs)."""
+    answers = RouteAnswers.of(spec, accept)
     return dataclasses.replace(
         ctx,
-        json_clients=spec.json_for_json_clients and spec.type == "http",
-        prefers_json=prefers_json(accept),
-        original=spec.meta_original,
+        json_clients=answers.json_clients,
+        prefers_json=answers.prefers_json,
+        original=answers.original,
     )
 
 

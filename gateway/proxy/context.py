@@ -17,7 +17,13 @@ from multidict import CIMultiDict
 
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
-from gateway.enrich import CaptureSink, FailureContext, as_route_answers, fell_back
+from gateway.enrich import (
+    NO_ROUTE_ANSWERS,
+    CaptureSink,
+    FailureContext,
+    RouteAnswers,
+    fell_back,
+)
 from gateway.failure import Mode
 from gateway.header_names import ACCEPT, ERROR_FORMAT, REQUEST_ID
 from gateway.logs import AccessRecord
@@ -75,10 +81,14 @@ class RequestContext:
         return Situation(operation=operation, route=self.route.spec.name)
 
     def failure_context(
-        self, situation: Situation | None = None, mode: Mode | None = None
+        self,
+        situation: Situation | None = None,
+        mode: Mode | None = None,
+        answers: RouteAnswers = NO_ROUTE_ANSWERS,
     ) -> FailureContext:
         """This request as the enrichment step sees it (`situation`: an MCP call's own;
-        `mode`: when the body cannot be rewritten, at most `headers`)."""
+        `mode`: when the body cannot be rewritten, at most `headers`; `answers`: an HTTP
+        answer's, see `answer_context`)."""
         return FailureContext(
             route=self.route.spec.name,
             mode=self.mode if mode is None else mode,
@@ -89,15 +99,16 @@ class RequestContext:
             record=self.record,
             signatures=self.request.app[SIGNATURES],
             capture=self._capture_sink(),
+            json_clients=answers.json_clients,
+            prefers_json=answers.prefers_json,
+            original=answers.original,
         )
 
     def answer_context(self, mode: Mode | None = None) -> FailureContext:
         """The context of an HTTP answer: `failure_context` with what the route and the
         request's `Accept` decide about the body (JSON for JSON clients, `meta.original`)."""
-        spec = self.route.spec
-        return as_route_answers(
-            self.failure_context(mode=mode), spec, self.request.headers.get(ACCEPT)
-        )
+        answers = RouteAnswers.of(self.route.spec, self.request.headers.get(ACCEPT))
+        return self.failure_context(mode=mode, answers=answers)
 
     def _capture_sink(self) -> CaptureSink | None:
         spec = self.route.spec.capture
