@@ -24,6 +24,7 @@ from multidict import CIMultiDict
 
 from gateway.header_names import REQUEST_ID
 from gateway.mcp.rpc_errors import SESSION_NOT_FOUND, rpc_refusal
+from gateway.proxy.aiohttp_private import SiblingConnector
 
 log = logging.getLogger("mendpoint.mcp")
 
@@ -116,7 +117,7 @@ class Owners:
         client = self._clients.get(path)
         if client is None or client.closed:
             client = self._clients[path] = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=path),
+                connector=SiblingConnector(path=path),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),

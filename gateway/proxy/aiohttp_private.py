@@ -22,6 +22,10 @@ The names, by what needs them:
 - `OneWriteResponse` sets `StreamResponse._send_headers_immediately`, aiohttp's own switch
   (`web.Response` sets it too) that keeps a prepared head in the writer until the body is
   written: head and body then go out in one `send()`, not two.
+- `SiblingConnector` (a worker relaying a bridge session to the worker that holds it)
+  overrides `UnixConnector._create_connection` and reads `_loop` and `_factory`: uvloop's
+  `create_unix_connection` refuses a path in Linux's abstract namespace (EINVAL), where
+  the workers' sockets are, but takes a socket already connected to one.
 - `server_handler_kwargs` reads `web.Server._kwargs`, the request-handler settings aiohttp's
   `Server.__call__` passes to each `RequestHandler`. The gateway builds its own handler
   (`GatewayProtocol`, precise 414/431 statuses) with the same settings.
@@ -29,9 +33,13 @@ The names, by what needs them:
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from typing import Any
 
+import aiohttp
 from aiohttp import hdrs, web
+from aiohttp.client_exceptions import UnixClientConnectorError
 from aiohttp.client_proto import ResponseHandler
 
 
@@ -113,6 +121,29 @@ class OneWriteResponse(RelayResponse):
     _send_headers_immediately = False
 
 
+class SiblingConnector(aiohttp.UnixConnector):
+    """A `UnixConnector` that connects its socket itself, so an abstract-namespace path
+    (`"\\0name"`) works on uvloop as on asyncio: uvloop's `create_unix_connection` refuses
+    such a path with EINVAL but accepts the connected socket."""
+
+    async def _create_connection(  # aiohttp's signature, `timeout` included
+        self,
+        req: Any,
+        traces: Any,
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109
+    ) -> ResponseHandler:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(timeout.sock_connect):
+                await self._loop.sock_connect(sock, self.path)
+            _, protocol = await self._loop.create_unix_connection(self._factory, sock=sock)
+        except OSError as exc:  # TimeoutError included
+            sock.close()
+            raise UnixClientConnectorError(self.path, req.connection_key, exc) from exc
+        return protocol
+
+
 def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
     """The settings `server()` would build each `RequestHandler` with (limits, access log, …).
 
@@ -123,4 +154,10 @@ def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
     return kwargs
 
 
-__all__ = ["LazyReadTimeoutProtocol", "OneWriteResponse", "RelayResponse", "server_handler_kwargs"]
+__all__ = [
+    "LazyReadTimeoutProtocol",
+    "OneWriteResponse",
+    "RelayResponse",
+    "SiblingConnector",
+    "server_handler_kwargs",
+]

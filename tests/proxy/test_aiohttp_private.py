@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib.util
 import inspect
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.client_exceptions import SocketTimeoutError
@@ -23,7 +26,12 @@ from aiohttp.client_proto import ResponseHandler
 from pytest_aiohttp import AiohttpClient
 
 from gateway.config.models import LimitsSpec
-from gateway.proxy.aiohttp_private import OneWriteResponse, RelayResponse, server_handler_kwargs
+from gateway.proxy.aiohttp_private import (
+    OneWriteResponse,
+    RelayResponse,
+    SiblingConnector,
+    server_handler_kwargs,
+)
 from gateway.proxy.client import UpstreamClient
 from tests.support.paths import PACKAGE
 
@@ -215,6 +223,59 @@ async def test_response_params_accept_every_setting_the_client_passes() -> None:
     assert passed - accepted == set(), f"{HANDLER}.set_response_params no longer takes them"
 
 
+def test_unix_connector_creates_its_connections_in_create_connection() -> None:
+    name = "aiohttp.UnixConnector._create_connection"
+    assert parameters(aiohttp.UnixConnector._create_connection) == [
+        "self",
+        "req",
+        "traces",
+        "timeout",
+    ], f"{name} changed its signature"
+    assert "_create_connection" in calls(aiohttp.BaseConnector.connect), (
+        f"{name} is no longer what connect() calls"
+    )
+    assert "_factory" in calls(aiohttp.UnixConnector._create_connection), (
+        "aiohttp.BaseConnector._factory no longer makes the connection's protocol"
+    )
+
+
+LOOPS = ["asyncio", *(["uvloop"] if importlib.util.find_spec("uvloop") else [])]
+
+
+@pytest.mark.parametrize("loop_name", LOOPS)
+def test_sibling_connector_reaches_an_abstract_socket(loop_name: str) -> None:
+    """A worker's socket is in Linux's abstract namespace; uvloop's own unix connection
+    refuses such a path (EINVAL), so a relayed bridge request failed as "session not found"."""
+
+    async def exchange() -> tuple[int, bytes]:
+        async def hello(request: web.Request) -> web.Response:
+            return web.Response(body=b"sibling")
+
+        app = web.Application()
+        app.router.add_get("/", hello)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        path = f"\0mendpoint-test-{os.getpid()}-{loop_name}"
+        await web.UnixSite(runner, path).start()
+        try:
+            connector = SiblingConnector(path=path)
+            async with (
+                aiohttp.ClientSession(connector=connector) as session,
+                session.get("http://sibling/") as response,
+            ):
+                return response.status, await response.read()
+        finally:
+            await runner.cleanup()
+
+    if loop_name == "uvloop":
+        import uvloop
+
+        result = uvloop.run(exchange())
+    else:
+        result = asyncio.run(exchange())
+    assert result == (200, b"sibling")
+
+
 PRIVATE_NAMES = frozenset(
     {
         "_reschedule_timeout",
@@ -226,6 +287,8 @@ PRIVATE_NAMES = frozenset(
         "_prepare_headers",
         "_send_headers_immediately",
         "_kwargs",
+        "_create_connection",
+        "_factory",
     }
 )  # `_loop` is left out: the gateway's own classes use the name too.
 OTHERS = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "aiohttp_private.py")
