@@ -137,6 +137,23 @@ async def test_loop_is_the_protocols_event_loop() -> None:
     assert getattr(ResponseHandler(loop), "_loop", None) is loop, f"{HANDLER}._loop is gone"
 
 
+def prepared_then_body(
+    response_class: type[web.StreamResponse], written: dict[str, int] | None = None
+) -> Callable[..., Any]:
+    """A handler that prepares a `response_class` answer, then writes b"body" and ends it;
+    `written` gets what had reached the socket right after `prepare`, by class name."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = response_class(status=200)
+        await response.prepare(request)
+        if written is not None:
+            written[response_class.__name__] = request.writer.output_size
+        await response.write_eof(b"body")
+        return response
+
+    return handler
+
+
 async def test_prepare_headers_is_where_the_default_content_type_is_added(
     aiohttp_client: AiohttpClient,
 ) -> None:
@@ -147,18 +164,9 @@ async def test_prepare_headers_is_where_the_default_content_type_is_added(
     assert method is not None and inspect.iscoroutinefunction(method), f"{name} is gone"
     assert parameters(method) == ["self"], f"{name} changed its signature"
 
-    def answer(response_class: type[web.StreamResponse]) -> Callable[..., Any]:
-        async def handler(request: web.Request) -> web.StreamResponse:
-            response = response_class(status=200)
-            await response.prepare(request)
-            await response.write_eof(b"body")
-            return response
-
-        return handler
-
     app = web.Application()
-    app.router.add_get("/plain", answer(web.StreamResponse))
-    app.router.add_get("/relay", answer(RelayResponse))
+    app.router.add_get("/plain", prepared_then_body(web.StreamResponse))
+    app.router.add_get("/relay", prepared_then_body(RelayResponse))
     client = await aiohttp_client(app)
     plain = await client.get("/plain")
     relayed = await client.get("/relay")
@@ -178,20 +186,9 @@ async def test_send_headers_immediately_decides_whether_prepare_writes_the_head(
         f"{name} is no longer what _write_headers consults"
     )
     written: dict[str, int] = {}
-
-    def answer(response_class: type[web.StreamResponse]) -> Callable[..., Any]:
-        async def handler(request: web.Request) -> web.StreamResponse:
-            response = response_class(status=200)
-            await response.prepare(request)
-            written[response_class.__name__] = request.writer.output_size
-            await response.write_eof(b"body")
-            return response
-
-        return handler
-
     app = web.Application()
-    app.router.add_get("/stream", answer(web.StreamResponse))
-    app.router.add_get("/one", answer(OneWriteResponse))
+    app.router.add_get("/stream", prepared_then_body(web.StreamResponse, written))
+    app.router.add_get("/one", prepared_then_body(OneWriteResponse, written))
     client = await aiohttp_client(app)
     for path in ("/stream", "/one"):
         async with client.get(path) as response:
