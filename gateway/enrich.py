@@ -40,11 +40,11 @@ from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery
 from gateway.logs import AccessRecord
 from gateway.observe import (
     FALLBACKS,
-    UNMATCHED,
     FallbackReason,
     count_answer_cache,
     count_envelope,
     count_failure,
+    count_unmatched,
     status_class,
 )
 from gateway.redact import Redactor
@@ -423,7 +423,7 @@ class Enricher:
             status, kind = f"transport:{obs.transport}", "transport"
         else:
             status, kind = "mcp", "mcp"
-        UNMATCHED.labels(route=ctx.route, status_class=kind).inc()
+        count_unmatched(ctx.route, kind)
         if ctx.signatures is not None:
             ctx.signatures.record(ctx.route, status, failure.message)
 

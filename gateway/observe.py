@@ -248,6 +248,11 @@ def count_envelope(route: str, mode: str) -> None:
     _envelope_child(route, mode).inc()
 
 
+def count_unmatched(route: str, kind: str) -> None:
+    """`UNMATCHED` for one failure only a shipped default matched, through a cached child."""
+    _unmatched_child(route, kind).inc()
+
+
 def count_resolution(outcome: ResolverOutcome) -> None:
     """`RESOLUTIONS` for one resolution outcome (a closed set), through a cached child."""
     _resolution_child(outcome).inc()
@@ -262,6 +267,12 @@ def _failure_child(route: str, category: str, code: str, rule: str, mode: str) -
 @functools.lru_cache(maxsize=1024)
 def _envelope_child(route: str, mode: str) -> Counter:
     return ENVELOPES.labels(route=route, mode=mode)
+
+
+# Bounded: routes come from the config, status classes from a closed set.
+@functools.lru_cache(maxsize=1024)
+def _unmatched_child(route: str, kind: str) -> Counter:
+    return UNMATCHED.labels(route=route, status_class=kind)
 
 
 @functools.lru_cache(maxsize=16)

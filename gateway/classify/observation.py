@@ -81,6 +81,11 @@ class Observation:
         result: str | None = self._text
         return result
 
+    def known_text(self, text: str) -> None:
+        """Hand over the body's text where the caller holds it already (an MCP tool error's
+        items): `text` must be what reading `body` would give (`text` above)."""
+        self._text = text
+
     @property
     def json(self) -> Any:
         """The body parsed as JSON, or None when it is not JSON."""

@@ -32,6 +32,7 @@ from gateway.resolve.service import Situation
 
 log = logging.getLogger("mendpoint.mcp")
 
+BOM = "\ufeff"
 CALL_METHOD = "POST"
 """The method MCP observations carry: a JSON-RPC call is a POST, whatever the transport."""
 UPGRADED_MODES = (Mode.ADDITIVE, Mode.ENVELOPE)
@@ -95,7 +96,7 @@ class Upgrader:
     async def _tool_error(
         self, message: dict[str, Any], result: dict[str, Any], pending: Pending, site: CallSite
     ) -> Outcome | None:
-        obs = _observation(site, pending, tool_error_text(result).encode("utf-8"), None)
+        obs = tool_error_observation(site, pending, tool_error_text(result))
         ctx = _failure_context(site, pending)
 
         def rewrite(failure: Failure, payload: dict[str, Any]) -> dict[str, Any]:
@@ -156,6 +157,25 @@ def _observation(
         tool=pending.tool or (None if jsonrpc_code is not None else ""),
         jsonrpc_code=jsonrpc_code,
     )
+
+
+def tool_error_observation(site: CallSite, pending: Pending, text: str) -> Observation:
+    """A tool error's text items as the rules see them: its UTF-8 bytes, and the text itself.
+
+    The text is handed over rather than decoded again from those bytes (one decode, with
+    charset and byte-order-mark checks, per failure): decoding them gives this same text
+    unless it begins with a byte order mark, which decoding drops. A lone surrogate (legal
+    as a JSON escape) has no UTF-8 form: its bytes are written as they stand and the rules
+    read U+FFFD for them, as for any body that is not valid UTF-8.
+    """
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _observation(site, pending, text.encode("utf-8", "surrogatepass"), None)
+    obs = _observation(site, pending, body, None)
+    if not text.startswith(BOM):
+        obs.known_text(text)
+    return obs
 
 
 def _failure_context(site: CallSite, pending: Pending) -> FailureContext:

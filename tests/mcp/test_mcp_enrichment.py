@@ -47,12 +47,12 @@ def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def tool_error_app() -> web.Application:
+def tool_error_app(result: dict[str, Any] = TOOL_ERROR) -> web.Application:
     """An MCP server over HTTP whose every `tools/call` fails with ENOENT (as JSON)."""
 
     async def mcp(request: web.Request) -> web.Response:
         message = await request.json()
-        return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": TOOL_ERROR})
+        return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
     app = web.Application()
     app.router.add_post("/mcp", mcp)
@@ -111,6 +111,29 @@ async def test_an_upgraded_tool_error_is_counted(
         == unmatched + 1
     )
     assert [s.status for s, _ in gateway.server.signatures.top()] == ["mcp"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("\ufeff" + ENOENT, ENOENT),  # the text's byte order mark is not part of its message
+        ("ENOENT: no such file \ud800 x", "ENOENT: no such file \ufffd\ufffd\ufffd x"),
+    ],
+    ids=["byte-order-mark", "lone-surrogate"],
+)
+async def test_a_tool_error_text_is_read_as_its_utf8_bytes(
+    text: str, message: str, start_gateway: StartGateway, start_upstream: StartUpstream
+) -> None:
+    """The rules read a tool error's text as the UTF-8 it is sent as: a leading byte order mark
+    is dropped, and a lone surrogate (a legal JSON escape with no UTF-8 form) reads as U+FFFD
+    instead of failing the call (it raised out of the rewrite before)."""
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
+    gateway = await start_gateway(mcp_route(await start_upstream(tool_error_app(result))))
+    answer = await call_through_route(gateway)
+    assert answer["result"]["content"][0] == result["content"][0]
+    failure = json.loads(answer["result"]["content"][-1]["text"])["mendpoint_failure"]
+    assert failure["error"]["code"] == "FILE_NOT_FOUND"
+    assert failure["error"]["message"] == message
 
 
 async def test_original_mode_counts_and_changes_nothing(

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 from multidict import CIMultiDict
 from pydantic import ValidationError
 
+from gateway.classify import Observation
 from gateway.config.models import RouteSpec
-from gateway.failure import Category, Failure
+from gateway.enrich import FailureContext
+from gateway.failure import Category, Failure, Mode
 from gateway.mcp import oauth
 from gateway.mcp.jsonrpc import (
     Pending,
@@ -32,7 +37,9 @@ from gateway.mcp.rewrite import (
     upgraded_tool_result,
 )
 from gateway.mcp.sse import relay_events
+from gateway.mcp.upgrade import tool_error_observation
 from gateway.proxy.routes import Route
+from gateway.resolve.service import Situation
 
 PAYLOAD = {"error": {"code": "X"}, "failure": {"category": "NOT_FOUND"}}
 
@@ -379,3 +386,30 @@ def test_oauth_urls_naming_the_upstream_are_made_public(
     assert headers["WWW-Authenticate"] == (
         f'Bearer error="x", resource_metadata="{expected or url}"'
     )
+
+
+@dataclass(frozen=True)
+class Site:
+    """A `CallSite` with nothing but what an observation reads."""
+
+    route_name: str = "tools"
+    path: str = "/mcp"
+    mode: Mode = Mode.ADDITIVE
+    idempotent: bool = False
+
+    def failure_context(self, situation: Situation) -> FailureContext:
+        raise AssertionError("not needed to observe")
+
+
+@given(st.text(st.characters() | st.sampled_from(["\ufeff", "\ud800", "\udfff"])))
+@example("\ufeffENOENT: no such file")
+@example("ENOENT \ud800 x")
+@example("")
+def test_a_tool_errors_handed_over_text_is_what_its_bytes_read_as(text: str) -> None:
+    """The observation of a tool error holds its text without decoding it again; that text is
+    the one its body would be read as, byte order mark and lone surrogates included."""
+    obs = tool_error_observation(Site(), Pending("tools/call", "t"), text)
+    assert obs.body is not None
+    fresh = Observation(route="tools", method="POST", path="/mcp", body=obs.body)
+    fresh.content_type = obs.content_type
+    assert obs.text == fresh.text
