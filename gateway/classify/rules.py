@@ -22,6 +22,7 @@ from gateway.config.models import ErrorSpec, JsonMatch, RetryAfterSpec
 from gateway.config.patterns import (
     LiteralPattern,
     Pattern,
+    PrefilteredPattern,
     compile_glob,
     compile_regex,
     parse_status,
@@ -235,12 +236,15 @@ def _search(
         # A substring test (most header tests) costs next to nothing: it neither needs a
         # timeout nor gives up a classification whose budget an earlier regex used up.
         return pattern.search(text)
+    if isinstance(pattern, PrefilteredPattern) and not pattern.may_match(text):
+        return None  # none of the words every match holds: it cannot match, nor time out
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise ClassifyTimeout(f"classification deadline passed before rule {rule_id}")
     limit = min(timeout, remaining)
     try:
-        return pattern.search(text, timeout=limit)
+        searched = pattern.compiled if isinstance(pattern, PrefilteredPattern) else pattern
+        return searched.search(text, timeout=limit)
     except TimeoutError:
         obs.regex_gave_up = True
         log.warning(

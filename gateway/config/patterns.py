@@ -11,6 +11,8 @@ from typing import Any
 
 import regex
 
+from gateway.config.prefilter import Needles, may_match, required_words
+
 Pattern = Any  # regex.Pattern; the regex module ships no type stubs
 
 
@@ -50,15 +52,42 @@ class LiteralMatch:
 _LITERAL_MATCH = LiteralMatch()
 
 
+class PrefilteredPattern:
+    """A compiled regex searched only in a text holding one of the words any match contains
+    (`gateway.config.prefilter`): a text without them costs a substring test, not a timed
+    search. Everything else is the compiled pattern's own."""
+
+    __slots__ = ("compiled", "needles")
+
+    def __init__(self, compiled: Pattern, needles: Needles) -> None:
+        self.compiled = compiled
+        self.needles = needles
+
+    def may_match(self, text: str) -> bool:
+        """False when the pattern cannot match `text` (no search needed to know it)."""
+        return may_match(self.needles, text)
+
+    def search(self, text: str, timeout: float | None = None) -> Any:
+        if not may_match(self.needles, text):
+            return None
+        return self.compiled.search(text, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)
+
+
 @functools.lru_cache(maxsize=65536)
 def compile_regex(pattern: str) -> Pattern:
     """Compile with the `regex` module (which supports match timeouts); raises `regex.error`.
 
-    A pattern without metacharacters becomes a `LiteralPattern`.
+    A pattern without metacharacters becomes a `LiteralPattern`; one whose matches all
+    contain a known word, a `PrefilteredPattern`.
     """
     if pattern and _METACHARACTERS.isdisjoint(pattern):
         return LiteralPattern(pattern)
-    return regex.compile(pattern)
+    compiled = regex.compile(pattern)
+    needles = required_words(pattern)
+    return compiled if needles is None else PrefilteredPattern(compiled, needles)
 
 
 @functools.lru_cache(maxsize=16384)
