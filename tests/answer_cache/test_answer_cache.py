@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
-from gateway.classify import Observation
+from gateway.classify import Classifier, Observation
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_names, builtin_text, load_config
 from gateway.enrich import Enricher, FailureContext
 from gateway.envelope import Rendering
-from gateway.failure import Mode
+from gateway.failure import NO_RECOVERY, Mode
 from gateway.fixtures import FixtureCase, load_fixtures, sample_of
 from gateway.logs import AccessRecord
 from gateway.resolve.callers import Caller
@@ -230,18 +230,20 @@ def test_a_retry_delay_counted_down_to_a_date_is_never_kept(answering: Answering
     assert cached.answers is not None and len(cached.answers) == 0
 
 
-def test_the_cache_is_bounded_by_entries_and_bytes() -> None:
-    loaded_case = rate_limited({})
-    verdict_cache = AnswerCache(max_entries=2, max_bytes=10 * ENTRY_OVERHEAD_BYTES)
-    obs = observation(loaded_case)
-    for key in ("a", "b", "c"):
-        verdict_cache.keep(key, obs, None, None, False, None)  # type: ignore[arg-type]
-    assert len(verdict_cache) == 2 and verdict_cache.get("a") is None
-    small = AnswerCache(max_entries=100, max_bytes=2 * ENTRY_OVERHEAD_BYTES + 200)
-    for key in ("a", "b", "c"):
-        small.keep(key, obs, None, None, False, None)  # type: ignore[arg-type]
-    assert small.bytes <= small.max_bytes and len(small) == 2
-    assert small.get("b") is not None and small.get("a") is None
+def test_the_cache_is_bounded_by_entries_and_bytes(answering: Answering) -> None:
+    """The least recently used answers go first, past either bound."""
+    case = rate_limited({})
+    obs = observation(case)
+    verdict = Classifier(answering.loaded).classify(obs)
+    assert verdict is not None
+    by_entries = AnswerCache(max_entries=2, max_bytes=10 * ENTRY_OVERHEAD_BYTES)
+    by_bytes = AnswerCache(max_entries=100, max_bytes=2 * ENTRY_OVERHEAD_BYTES + 200)
+    for cache in (by_entries, by_bytes):
+        for key in ("a", "b", "c"):
+            cache.keep(key, obs, verdict, NO_RECOVERY, False, None)  # original mode: no body
+            assert cache.get("b") is not None or key == "a"  # used: "a" is the oldest
+        assert len(cache) == 2 and cache.get("a") is None and cache.get("c") is not None
+        assert cache.bytes <= cache.max_bytes
 
 
 def test_a_verdict_made_with_a_regex_that_timed_out_is_never_kept(tmp_path: Path) -> None:
