@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from gateway.body_text import body_text
 from gateway.classify import Observation, Verdict
-from gateway.envelope import JSON_TYPE, Rendering
+from gateway.envelope import JSON_TYPE, Rendering, retry_after_value
 from gateway.failure import Recovery
 
 ENTRY_OVERHEAD_BYTES = 512
@@ -35,12 +35,17 @@ ENTRY_OVERHEAD_BYTES = 512
 _PRINTABLE_ASCII = "".join(chr(c) for c in range(0x20, 0x7F))
 
 
+REQUEST_ID, DURATION, RETRY_DELAY = 0, 1, 2
+"""What a hole in a kept body is filled with: the request id, `meta.duration_ms`, or the
+retry delay (`retry_after_ms`) of a verdict whose delay counts down to an instant."""
+
+
 @dataclass(frozen=True, slots=True)
 class CachedAnswer:
     """One failure's verdict, recovery block and rendering, its per-request parts cut out.
 
-    `pieces` is the body split at the request id and duration; `holes[i]` says which of the
-    two goes between `pieces[i]` and `pieces[i + 1]` (True: the request id).
+    `pieces` is the body split at the request id, the duration and a timed retry delay;
+    `holes[i]` says which of them goes between `pieces[i]` and `pieces[i + 1]`.
     """
 
     verdict: Verdict
@@ -49,21 +54,41 @@ class CachedAnswer:
     """The recovery came from the resolver (not `original` mode): a hit counts it again."""
     rendering: Rendering | None
     pieces: tuple[bytes, ...]
-    holes: tuple[bool, ...]
+    holes: tuple[int, ...]
     size: int
+    timed: bool = False
+    """The retry delay counts down to an instant (a `Retry-After` HTTP-date, a Unix-time
+    reset): it is worked out again for each request and filled in."""
+    retry_header: int | None = None
+    """Where in `rendering.headers` the `Retry-After` of a timed delay goes."""
 
-    def answer(self, request_id: str, duration_ms: int) -> Rendering | None:
-        """The rendering for one request: its own request id and duration filled in."""
+    def answer(
+        self, request_id: str, duration_ms: int, retry_after_ms: int | None = None
+    ) -> Rendering | None:
+        """The rendering for one request: its own request id, duration and (timed) delay."""
         rendering = self.rendering
-        if rendering is None or not self.holes:
-            return rendering
+        if rendering is None:
+            return None
+        headers = rendering.headers
+        if self.retry_header is not None and retry_after_ms is not None:
+            headers = list(headers)
+            headers[self.retry_header] = ("Retry-After", retry_after_value(retry_after_ms))
+        if not self.holes:
+            if headers is rendering.headers:
+                return rendering
+            return Rendering(headers, rendering.body, rendering.content_type)
         escaped = json_string_text(request_id).encode("ascii")
         duration = str(duration_ms).encode("ascii")
         out = [self.pieces[0]]
-        for is_id, piece in zip(self.holes, self.pieces[1:], strict=True):
-            out.append(escaped if is_id else duration)
+        for hole, piece in zip(self.holes, self.pieces[1:], strict=True):
+            if hole == REQUEST_ID:
+                out.append(escaped)
+            elif hole == DURATION:
+                out.append(duration)
+            else:
+                out.append(b"null" if retry_after_ms is None else str(retry_after_ms).encode())
             out.append(piece)
-        return Rendering(rendering.headers, b"".join(out), rendering.content_type)
+        return Rendering(headers, b"".join(out), rendering.content_type)
 
 
 class AnswerCache:
@@ -77,13 +102,16 @@ class AnswerCache:
         token = os.urandom(12).hex()
         self.request_id = f"mendpoint{token}"
         """Rendered in place of the request id; random, so no upstream body can hold it."""
-        self.duration_ms = int.from_bytes(os.urandom(7), "big") + 10**17
+        self.duration_ms = _random_digits()
         """Rendered in place of `meta.duration_ms`: 18 random digits."""
-        self._id_bytes = self.request_id.encode("ascii")
-        self._duration_bytes = str(self.duration_ms).encode("ascii")
-        self._holes = re.compile(
-            b"(" + re.escape(self._id_bytes) + b"|" + re.escape(self._duration_bytes) + b")"
-        )
+        self.retry_after_ms = _random_digits()
+        """Rendered in place of a retry delay that counts down to an instant."""
+        self._sentinels = {
+            self.request_id.encode("ascii"): REQUEST_ID,
+            str(self.duration_ms).encode("ascii"): DURATION,
+            str(self.retry_after_ms).encode("ascii"): RETRY_DELAY,
+        }
+        self._holes = re.compile(b"(" + b"|".join(map(re.escape, self._sentinels)) + b")")
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -102,10 +130,11 @@ class AnswerCache:
         recovery: Recovery,
         resolved: bool,
         template: Rendering | None,
+        timed: bool = False,
     ) -> CachedAnswer | None:
-        """Keep the answer rendered with the sentinels; None when it cannot be kept safely
-        (then the caller renders this request's answer itself)."""
-        entry = self._entry(obs, verdict, recovery, resolved, template)
+        """Keep the answer rendered with the sentinels (`timed`: with the retry delay's too);
+        None when it cannot be kept safely (then the caller renders this request's answer)."""
+        entry = self._entry(obs, verdict, recovery, resolved, template, timed)
         if entry is None or entry.size > self.max_bytes:
             return entry
         old = self._entries.pop(key, None)
@@ -125,21 +154,34 @@ class AnswerCache:
         recovery: Recovery,
         resolved: bool,
         template: Rendering | None,
+        timed: bool,
     ) -> CachedAnswer | None:
         body = None if template is None else template.body
         size = ENTRY_OVERHEAD_BYTES + len(obs.body or b"") + len(obs.path)
+        retry_header = None
+        if template is not None and timed:
+            wanted = ("Retry-After", retry_after_value(self.retry_after_ms))
+            retry_header = next((i for i, h in enumerate(template.headers) if h == wanted), None)
         if template is None or body is None:
-            return CachedAnswer(verdict, recovery, resolved, template, (), (), size)
-        if obs.body is not None and (
-            self._id_bytes in obs.body or self._duration_bytes in obs.body
-        ):
+            return CachedAnswer(
+                verdict, recovery, resolved, template, (), (), size, timed, retry_header
+            )
+        if obs.body is not None and any(s in obs.body for s in self._sentinels):
             return None
         if not _ascii_as_itself(_inserted_charset(obs, template)):
             return None
         parts = self._holes.split(body)
         pieces = tuple(parts[0::2])
-        holes = tuple(p == self._id_bytes for p in parts[1::2])
-        return CachedAnswer(verdict, recovery, resolved, template, pieces, holes, size + len(body))
+        holes = tuple(self._sentinels[p] for p in parts[1::2])
+        size += len(body)
+        return CachedAnswer(
+            verdict, recovery, resolved, template, pieces, holes, size, timed, retry_header
+        )
+
+
+def _random_digits() -> int:
+    """18 random digits: no upstream body or other sentinel holds them by chance."""
+    return int.from_bytes(os.urandom(7), "big") + 10**17
 
 
 def json_string_text(value: str) -> str:

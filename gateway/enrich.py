@@ -33,6 +33,7 @@ from gateway.accept import prefers_json
 from gateway.answer_cache import AnswerCache, CachedAnswer, fillable
 from gateway.capture import CapturedFailure, Captures, sample_draw
 from gateway.classify import Classifier, Observation, Verdict
+from gateway.classify.render_failure import retry_delay_ms
 from gateway.config.loaded import LoadedConfig
 from gateway.config.models import CaptureSpec, MetaOriginalSpec, RouteSpec
 from gateway.envelope import KEEP_ALL, FailureFacts, Rendering, render
@@ -233,9 +234,11 @@ class Enricher:
         if key is None or self.answers is None:
             return await self.enrich(obs, ctx, functools.partial(self.rendering, obs, ctx))
         kept = self.answers.get(key)
-        count_answer_cache(kept is not None)
-        if kept is not None:
-            return self._replay(kept, obs, ctx)
+        retry_after_ms = None if kept is None else self._retry_delay(kept, obs)
+        if kept is not None and (retry_after_ms is not None or not kept.timed):
+            count_answer_cache(True)
+            return self._replay(kept, obs, ctx, retry_after_ms)
+        count_answer_cache(False)
         return await self._remember(self.answers, key, obs, ctx)
 
     def answer_key(self, obs: Observation, ctx: FailureContext) -> Hashable | None:
@@ -280,7 +283,12 @@ class Enricher:
         made: list[tuple[Verdict, Recovery, int, Rendering | None]] = []
 
         def render(verdict: Verdict, recovery: Recovery, duration_ms: int) -> Rendering | None:
-            template = self.rendering(obs, template_ctx, verdict, recovery, cache.duration_ms)
+            shown = verdict
+            if obs.clock_read and verdict.failure.retry_after_ms is not None:
+                # The delay counts down to an instant: a hole, filled per request.
+                timed = dataclasses.replace(verdict.failure, retry_after_ms=cache.retry_after_ms)
+                shown = Verdict(timed, verdict.rule, verdict.captures)
+            template = self.rendering(obs, template_ctx, shown, recovery, cache.duration_ms)
             made.append((verdict, recovery, duration_ms, template))
             return template
 
@@ -289,26 +297,44 @@ class Enricher:
             return result  # no rule matched, or it fell open before rendering
         verdict, recovery, duration_ms, template = made[0]
         resolved = ctx.mode is not Mode.ORIGINAL
-        # Not kept: a retry delay counted down to an instant (this answer is this moment's),
-        # or a verdict made with a regex that timed out (an unhurried search may differ).
-        momentary = obs.clock_read or obs.regex_gave_up
-        entry = None if momentary else cache.keep(key, obs, verdict, recovery, resolved, template)
+        retry_after_ms = verdict.failure.retry_after_ms
+        timed = obs.clock_read and retry_after_ms is not None
+        # Not kept: a verdict made with a regex that timed out (an unhurried search may
+        # differ), or one that read the clock for anything but a retry delay.
+        momentary = obs.regex_gave_up or (obs.clock_read and not timed)
+        entry = (
+            None
+            if momentary
+            else cache.keep(key, obs, verdict, recovery, resolved, template, timed)
+        )
         if result is None:
             return None  # fell open after rendering (over budget): the original goes out
         if entry is None:
             return self.rendering(obs, ctx, verdict, recovery, duration_ms)
-        return entry.answer(ctx.request_id, duration_ms)
+        return entry.answer(ctx.request_id, duration_ms, retry_after_ms)
+
+    @staticmethod
+    def _retry_delay(kept: CachedAnswer, obs: Observation) -> int | None:
+        """A kept failure's retry delay for this request: worked out again from this moment
+        when it counts down to an instant (None then: it could not be, enrich afresh)."""
+        failure = kept.verdict.failure
+        if not kept.timed:
+            return failure.retry_after_ms
+        return retry_delay_ms(kept.verdict.rule, obs, kept.verdict.captures)
 
     def _replay(
-        self, kept: CachedAnswer, obs: Observation, ctx: FailureContext
+        self, kept: CachedAnswer, obs: Observation, ctx: FailureContext, retry_after_ms: int | None
     ) -> Rendering | None:
         """A kept answer for this request, counted and recorded as if enriched again."""
         failure = kept.verdict.failure
         rule = kept.verdict.rule
+        if kept.timed:
+            failure = dataclasses.replace(failure, retry_after_ms=retry_after_ms)
         self._count(obs, ctx, failure, rule.id, rule.is_default)
         if kept.resolved:
             self.recovery.replayed(failure, kept.recovery)
-        result = kept.answer(ctx.request_id, int((self.clock() - ctx.started) * 1000))
+        duration_ms = int((self.clock() - ctx.started) * 1000)
+        result = kept.answer(ctx.request_id, duration_ms, retry_after_ms)
         if result is not None and ctx.mode is not Mode.ORIGINAL:
             count_envelope(ctx.route, ctx.mode.value)
         return result
@@ -378,7 +404,7 @@ class Enricher:
             return None
         failure = self.redactor.failure(verdict.failure)
         if failure is not verdict.failure:
-            verdict = Verdict(failure, verdict.rule)
+            verdict = Verdict(failure, verdict.rule, verdict.captures)
         if self.live:
             log.debug(
                 "classified %s by rule %s (%s) request_id=%s",

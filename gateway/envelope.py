@@ -115,8 +115,13 @@ def advisory_headers(
         ("X-Recovery-Available", _bool(recovery.available)),
     ]
     if failure.retryable and failure.retry_after_ms is not None and not upstream_retry_after:
-        headers.append(("Retry-After", str(math.ceil(failure.retry_after_ms / 1000))))
+        headers.append(("Retry-After", retry_after_value(failure.retry_after_ms)))
     return headers
+
+
+def retry_after_value(retry_after_ms: int) -> str:
+    """`Retry-After` in whole seconds, rounded up, for a delay in milliseconds."""
+    return str(math.ceil(retry_after_ms / 1000))
 
 
 def error_object(failure: Failure, recovery: Recovery, request_id: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import operator
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from gateway.classify.observation import Observation
 from gateway.classify.refusals import refusal_rules
@@ -33,6 +34,9 @@ class Verdict:
 
     failure: Failure
     rule: CompiledRule
+    captures: Mapping[str, str] = field(default_factory=dict)
+    """The rule's named captures: a retry delay counted down to an instant is worked out
+    again from them per request (`render_failure.retry_delay_ms`; the answer cache)."""
 
 
 class Classifier:
@@ -88,7 +92,7 @@ class Classifier:
             captures = rule.matches(obs, self.regex_timeout_s, deadline)
             if captures is not None:
                 failure = build_failure(rule, obs, captures, self.commands, self.message_paths)
-                return Verdict(failure, rule)
+                return Verdict(failure, rule, captures)
         return None
 
 

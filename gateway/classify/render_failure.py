@@ -51,7 +51,7 @@ def build_failure(
     if rule.fields:
         values["fields"] = summary(fields, total)
     retryable = error.retryable and not _may_repeat_side_effect(rule, obs)
-    retry_after = _retry_after_ms(error.retry_after_ms, obs, captures) if retryable else None
+    retry_after = retry_delay_ms(rule, obs, captures) if retryable else None
     if error.message is not None:
         message = error.message.format_map(values)
     elif fields:
@@ -144,6 +144,13 @@ def _may_repeat_side_effect(rule: CompiledRule, obs: Observation) -> bool:
     return obs.transport is None or not obs.transport.request_unsent
 
 
+def retry_delay_ms(rule: CompiledRule, obs: Observation, captures: Mapping[str, str]) -> int | None:
+    """The rule's retry delay for this exchange (of a retryable failure). Reads the clock
+    (`obs.now`) only for a hint given as an instant; the answer cache works a kept answer's
+    delay out again with this when it did."""
+    return _retry_after_ms(rule.error.retry_after_ms, obs, captures)
+
+
 def _retry_after_ms(
     spec: int | RetryAfterSpec | None, obs: Observation, captures: Mapping[str, str]
 ) -> int | None:
@@ -170,5 +177,6 @@ __all__ = [
     "clean_text",
     "parse_duration_ms",
     "parse_retry_after",
+    "retry_delay_ms",
     "upstream_message",
 ]

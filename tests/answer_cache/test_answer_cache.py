@@ -221,13 +221,40 @@ def test_a_header_the_rules_read_is_part_of_the_key(answering: Answering) -> Non
     assert cached.answers is not None and len(cached.answers) == 3
 
 
-def test_a_retry_delay_counted_down_to_a_date_is_never_kept(answering: Answering) -> None:
-    _, cached = enrichers(answering.loaded)
-    case = rate_limited({"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"})
-    obs = observation(case)
-    rendering = asyncio.run(cached.response(obs, context(case, Mode.ADDITIVE, "r", 1, False)))
-    assert rendering is not None and obs.clock_read
-    assert cached.answers is not None and len(cached.answers) == 0
+@pytest.mark.parametrize("mode", [Mode.ADDITIVE, Mode.ENVELOPE, Mode.HEADERS])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"},  # the upstream's own header stays
+        {"X-RateLimit-Reset": "4096250880"},  # a Unix time: the gateway adds Retry-After
+    ],
+)
+def test_a_retry_delay_counted_down_to_an_instant_is_worked_out_per_request(
+    answering: Answering, mode: Mode, headers: dict[str, str]
+) -> None:
+    """Kept, with the delay filled in for each request from its own moment: the same bytes
+    as enriching at that moment, and another delay a second later."""
+    uncached, cached = enrichers(answering.loaded)
+    case = rate_limited(headers)
+    reset = 4_096_250_880.0  # both name this instant
+    instants = [reset - 600, reset - 600, reset - 30.5, reset - 2.25]
+
+    async def both(n: int, instant: float) -> tuple[Any, Any, Any, Any]:
+        direct_ctx = context(case, mode, f"r{n}", n, False)
+        direct = await uncached.response(observation(case, instant), direct_ctx)
+        via_ctx = context(case, mode, f"r{n}", n, False)
+        via = await cached.response(observation(case, instant), via_ctx)
+        return parts(direct), parts(via), recorded(direct_ctx.record), recorded(via_ctx.record)
+
+    async def run_all() -> list[tuple[Any, Any, Any, Any]]:
+        return [await both(n, instant) for n, instant in enumerate(instants)]
+
+    answers = asyncio.run(run_all())
+    for direct, via, direct_record, via_record in answers:
+        assert via == direct and via_record == direct_record
+    delays = [record[4] for _, _, record, _ in answers]
+    assert delays[0] == delays[1] and len(set(delays)) == 3 and all(d > 0 for d in delays)
+    assert cached.answers is not None and len(cached.answers) == 1
 
 
 def test_the_cache_is_bounded_by_entries_and_bytes(answering: Answering) -> None:
