@@ -94,6 +94,6 @@ def test_report_shows_the_mcp_rows_and_targets() -> None:
     assert "| mcp-16 | 200 µs | 450 µs (1.00x) | 600 µs (1.33x)" in text
     assert "| workload | direct | bare | mitmproxy" not in text  # no HTTP rows were measured
     verdicts = {name: met for name, _, _, met in report.targets(results)}
-    assert verdicts["MCP tools/call through Mendpoint / direct, 16 clients"] is False
+    assert verdicts["MCP tools/call through an HTTP route / bare proxy, 16 clients"] is False
     bridge = "MCP tools/call, Mendpoint bridge / mcp-proxy (same stdio server), 16 clients"
     assert verdicts[bridge] is True
