@@ -54,6 +54,8 @@ class Classifier:
         self._by_status = _index_statuses(self.rules)
         self._by_transport = _index_transports(self.rules)
         self._mcp = tuple(r for r in self.rules if r.is_mcp)
+        # A tool error carries no JSON-RPC code: rules that need one are never tried on it.
+        self._mcp_tool = tuple(r for r in self._mcp if r.jsonrpc_code is None)
         self._refusals = refusal_rules(config.limits)
         self.headers_read = tuple(
             sorted({RETRY_AFTER, *(n for r in self.rules for n in r.headers_read)})
@@ -71,8 +73,10 @@ class Classifier:
             return (self._refusals[obs.refusal],)
         if obs.transport is not None:
             return self._by_transport.get(obs.transport, ())
-        if obs.tool is not None or obs.jsonrpc_code is not None:
+        if obs.jsonrpc_code is not None:
             return self._mcp
+        if obs.tool is not None:
+            return self._mcp_tool
         if obs.status is not None:
             index = self._by_status.get(obs.status)
             return () if index is None else index.for_path(obs.path)

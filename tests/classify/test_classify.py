@@ -84,6 +84,21 @@ def test_candidates_are_indexed_by_status(tmp_path: Path) -> None:
     ]
 
 
+def test_a_tool_error_is_not_tried_against_rules_that_need_a_jsonrpc_code(tmp_path: Path) -> None:
+    """The MCP index: a tool error (no JSON-RPC code) gets the MCP rules without a
+    `jsonrpc_code`, in order; a JSON-RPC error gets them all."""
+    classifier = Classifier(loaded_with(tmp_path, []))  # builtin:mcp-defaults included
+    tool = [r.id for r in classifier.candidates(obs(None, tool="read_file"))]
+    every = [r.id for r in classifier.candidates(obs(None, tool="read_file", jsonrpc_code=-32601))]
+    coded = {r.id for r in classifier.rules if r.is_mcp and r.jsonrpc_code is not None}
+    assert coded and "mcp-method-not-found" in coded and "mcp-enoent" in tool
+    assert tool == [rule_id for rule_id in every if rule_id not in coded]
+    verdict = classifier.classify(obs(None, body="ENOENT: x", tool="read_file"))
+    assert verdict is not None and verdict.rule.id == "mcp-enoent"
+    coded_verdict = classifier.classify(obs(None, body="{}", tool="x", jsonrpc_code=-32601))
+    assert coded_verdict is not None and coded_verdict.rule.id == "mcp-method-not-found"
+
+
 def test_success_status_is_inspected_only_when_a_rule_names_it(tmp_path: Path) -> None:
     classifier = Classifier(
         loaded_with(
