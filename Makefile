@@ -9,7 +9,7 @@ DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 ADMIN ?= 127.0.0.1:8491
 
-.PHONY: run test test-slow soak lint typecheck check-all clean mcp-servers docs frameworks
+.PHONY: run test test-slow test-uvloop soak lint typecheck check-all clean mcp-servers docs frameworks
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,13 @@ test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) lint typecheck
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q || [ $$? -eq 5 ]
+
+# The data-path suites again on uvloop, the tests' loop and the gateways' (the gateway uses it
+# wherever it is installed; some transports behave differently on it). Installs uvloop.
+test-uvloop: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS)
+	$(BIN)/python -c 'import uvloop' 2>/dev/null || $(BIN)/pip install --quiet uvloop
+	MENDPOINT_TEST_LOOP=uvloop $(BIN)/python -m pytest -m "not slow" -q \
+		tests/proxy tests/transparency tests/mcp tests/operations tests/test_loop.py
 
 # Not part of CI: minutes of mixed traffic through a gateway process (tests/soak/soak.py).
 SOAK_SECONDS ?= 300

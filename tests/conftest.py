@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import importlib
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,16 @@ from tests.support.gateway import (
     StartUpstream,
     write_config,
 )
+
+if os.environ.get("MENDPOINT_TEST_LOOP") == "uvloop":
+
+    def pytest_asyncio_loop_factories(
+        config: pytest.Config, item: pytest.Item
+    ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+        """The tests' own loop, which in-process gateways run on: uvloop under `make
+        test-uvloop`, since the gateway uses it wherever it is installed
+        (docs/performance.md) and some transports behave differently on it."""
+        return {"uvloop": importlib.import_module("uvloop").new_event_loop}
 
 
 @pytest.fixture
