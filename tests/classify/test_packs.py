@@ -18,7 +18,6 @@ from gateway.fixtures import load_fixtures, run_fixtures
 from tests.support.paths import EXAMPLES
 
 PACKS = builtin_names()
-EXAMPLES = EXAMPLES
 
 
 def test_every_pack_has_fixtures() -> None:

@@ -44,20 +44,10 @@ async def test_success_bytes_equal_direct_and_original_mode_changes_nothing(
 ) -> None:
     gateway = await start_gateway(route_config(sdk_server, type="mcp"))
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
 
     async def post(base: str, message: dict[str, Any], extra: dict[str, str]) -> tuple[int, bytes]:
         async with aiohttp.ClientSession() as session:
-            await session.post(base + "/mcp", json=init, headers=headers)
+            await session.post(base + "/mcp", json=INIT, headers=headers)
             async with session.post(
                 base + "/mcp",
                 json=message,

@@ -20,7 +20,6 @@ from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
 from gateway.observe import REGISTRY
 from tests.support.paths import DEPLOY
 
-DEPLOY = DEPLOY
 MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 K8S_VERSION = "1.30.0"
 # What an operator puts in the resolver's Secret before deploying (docs/security.md).

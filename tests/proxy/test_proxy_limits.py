@@ -31,7 +31,6 @@ from tests.support.gateway import (
 )
 from tests.support.paths import REPO
 
-REPO = REPO
 LIMIT = 4096
 
 
