@@ -360,7 +360,7 @@ class Enricher:
         if time.monotonic() - begun > self.budget_s:
             self._fell_back(ctx, FallbackReason.ENRICH_BUDGET)
             return None
-        if result is not None and ctx.mode is not Mode.ORIGINAL and self.live:
+        if result is not None and ctx.mode is not Mode.ORIGINAL:
             count_envelope(ctx.route, ctx.mode.value)
         return result
 

@@ -51,7 +51,9 @@ def websocket_upgrade(request: web.Request) -> bool:
 
 class _Feed:
     """A parser in aiohttp's sense for an upgraded connection: it parses nothing, it hands
-    every received byte to a stream (whose buffer limit pauses the connection's reading)."""
+    every received byte to a stream (whose buffer limit pauses the connection's reading).
+    On the client's side `_ClientSide` receives the bytes instead, and this only ends the
+    stream when aiohttp's handler sees the connection lost."""
 
     __slots__ = ("_stream",)
 
