@@ -153,6 +153,11 @@ class GatewayServer:
         limits = loaded.config.limits
         self.runner = web.AppRunner(
             self.app,
+            # A request body is forwarded as the client sent it. aiohttp would inflate a gzip
+            # or deflate body by default, and the upstream would read the inflated bytes
+            # against the client's Content-Length: a second request smuggled past the route
+            # table (docs/transparency.md#request-bodies).
+            auto_decompress=False,
             access_log=None,
             handle_signals=False,
             handler_cancellation=True,

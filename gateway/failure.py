@@ -84,6 +84,7 @@ class Refusal(StrEnum):
     NO_ROUTE = "no_route"
     BODY_TOO_LARGE = "body_too_large"
     BODY_TIMEOUT = "body_timeout"
+    UNDECODABLE_BODY = "undecodable_body"
     HEADERS_TOO_LARGE = "headers_too_large"
     TARGET_TOO_LONG = "target_too_long"
     MALFORMED = "malformed"
@@ -98,6 +99,7 @@ _REFUSAL_STATUS = {
     Refusal.NO_ROUTE: 404,
     Refusal.BODY_TOO_LARGE: 413,
     Refusal.BODY_TIMEOUT: 408,
+    Refusal.UNDECODABLE_BODY: 415,
     Refusal.HEADERS_TOO_LARGE: 431,
     Refusal.TARGET_TOO_LONG: 414,
     Refusal.MALFORMED: 400,

@@ -57,6 +57,20 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
                 "then reissue"
             ),
         ),
+        # Only where the gateway must read a body itself (an MCP route's JSON-RPC messages):
+        # an HTTP route forwards the body as sent, in whatever coding.
+        Refusal.UNDECODABLE_BODY: ErrorSpec(
+            code="UNSUPPORTED_CONTENT_ENCODING",
+            category=Category.VALIDATION_ERROR,
+            message=(
+                "The request body's Content-Encoding is not one the gateway reads, or the "
+                "body is not valid in it"
+            ),
+            fix_required=(
+                "Send the request body uncompressed, or encoded with gzip or deflate (the "
+                "codings in the answer's Accept-Encoding), then reissue"
+            ),
+        ),
         Refusal.HEADERS_TOO_LARGE: ErrorSpec(
             code="REQUEST_HEADERS_TOO_LARGE",
             category=Category.VALIDATION_ERROR,

@@ -49,12 +49,18 @@ log = logging.getLogger("mendpoint.mcp")
 
 
 async def serve_bridge(
-    request: web.Request, ctx: RequestContext, body: bytes, bridges: Bridges, upgrader: Upgrader
+    request: web.Request,
+    ctx: RequestContext,
+    body: bytes,
+    sent: bytes,
+    bridges: Bridges,
+    upgrader: Upgrader,
 ) -> web.StreamResponse:
-    """Serve one Streamable HTTP request of a bridge route."""
+    """Serve one Streamable HTTP request of a bridge route: `body` is its JSON-RPC text (the
+    child reads it), `sent` the bytes as the client sent them (a sibling worker gets those)."""
     session_id = request.headers.get(MCP_SESSION_ID)
     if request.method == "POST":
-        return await _post(request, ctx, body, session_id, bridges, upgrader)
+        return await _post(request, ctx, body, sent, session_id, bridges, upgrader)
     if request.method not in ("GET", "DELETE"):
         return web.Response(
             status=405, headers={"Allow": "GET, POST, DELETE", REQUEST_ID: ctx.request_id}
@@ -65,7 +71,7 @@ async def serve_bridge(
         )
     session = bridges.get(session_id, ctx.route.spec.name)
     if session is None:
-        return await _elsewhere(request, ctx, body, session_id, bridges)
+        return await _elsewhere(request, ctx, sent, session_id, bridges)
     if request.method == "DELETE":
         await session.end("deleted by the client")
         return web.Response(status=200, headers={REQUEST_ID: ctx.request_id})
@@ -76,6 +82,7 @@ async def _post(
     request: web.Request,
     ctx: RequestContext,
     body: bytes,
+    sent: bytes,
     session_id: str | None,
     bridges: Bridges,
     upgrader: Upgrader,
@@ -89,7 +96,7 @@ async def _post(
     if session_id:
         session = bridges.get(session_id, ctx.route.spec.name)
         if session is None:
-            return await _elsewhere(request, ctx, body, session_id, bridges)
+            return await _elsewhere(request, ctx, sent, session_id, bridges)
     elif not _starts_session(message):
         return rpc_refusal(
             400, SERVER_ERROR, "Bad Request: Mcp-Session-Id header is required", ctx.request_id
@@ -118,13 +125,14 @@ async def _post(
 
 
 async def _elsewhere(
-    request: web.Request, ctx: RequestContext, body: bytes, session_id: str, bridges: Bridges
+    request: web.Request, ctx: RequestContext, sent: bytes, session_id: str, bridges: Bridges
 ) -> web.StreamResponse:
-    """A session this process does not hold: the worker that does answers, else 404."""
+    """A session this process does not hold: the worker that does answers, else 404. It gets
+    the request as it came, so it reads the body exactly as this worker did."""
     owner = bridges.owners.socket_for(session_id)
     if owner is None:
         return rpc_refusal(404, SESSION_NOT_FOUND, "Session not found", ctx.request_id)
-    return await bridges.owners.relay(request, body, owner, ctx.request_id)
+    return await bridges.owners.relay(request, sent, owner, ctx.request_id)
 
 
 async def _exchange(

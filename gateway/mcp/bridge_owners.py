@@ -93,7 +93,6 @@ class Owners:
                 headers=headers,
                 data=body if request.body_exists else None,
                 allow_redirects=False,
-                auto_decompress=False,
             )
         except (aiohttp.ClientError, OSError) as exc:
             log.warning("MCP bridge: the worker holding this session cannot be reached: %s", exc)
@@ -118,6 +117,7 @@ class Owners:
         if client is None or client.closed:
             client = self._clients[path] = aiohttp.ClientSession(
                 connector=SiblingConnector(path=path),
+                auto_decompress=False,  # the owner's answer, relayed as it came
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),

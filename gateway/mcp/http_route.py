@@ -5,7 +5,10 @@ POST, GET and DELETE go to the upstream exactly once, through the same call as H
 faults as 502/504), with every header the proxy forwards (`Mcp-Session-Id`,
 `MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`, `Mcp-Name`, every `Mcp-Param-*`).
 Requests in a POST body are registered in the session's table before sending, so their
-responses can be upgraded wherever they arrive. Status codes, `Content-Type`, 202s, non-JSON
+responses can be upgraded wherever they arrive. The gateway reads them from a copy of the
+body with its content codings undone (gzip, deflate; the decoded size under
+`limits.max_request_body_bytes`, else 413; another coding, 415) and forwards the bytes as
+the client sent them. Status codes, `Content-Type`, 202s, non-JSON
 bodies and HTTP errors pass exactly as the upstream sent them; `application/json` bodies are
 read (up to `mcp.max_message_bytes`) only when a tracked response may be in them, and
 `text/event-stream` bodies are relayed event by event.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import StreamReader, web
+from aiohttp import StreamReader, hdrs, web
 from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
@@ -36,6 +39,7 @@ from gateway.mcp.sse import relay_events
 from gateway.mcp.tracking import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.aiohttp_private import RelayResponse
+from gateway.proxy.body import Undecodable, decode_content
 from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext
 from gateway.proxy.failure_path import answer_transport_failure
@@ -65,17 +69,24 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
         return _bad_session_id(ctx.request_id)
     runtime = request.app[MCP_RUNTIME]
     limits = ctx.state.loaded.config.limits
-    body = b""
+    sent = body = b""  # the body as the client sent it; its JSON-RPC text, codings undone
     if request.body_exists:
         try:
-            body, whole = await _read_body(request.content, limits)
+            sent, whole = await _read_body(request.content, limits)
         except TimeoutError:
             return await refuse(ctx, Refusal.BODY_TIMEOUT)
         if not whole:
             return await refuse(ctx, Refusal.BODY_TOO_LARGE)
+        coding = ",".join(request.headers.getall(hdrs.CONTENT_ENCODING, ()))
+        decoded = decode_content(sent, coding, limits.max_request_body_bytes)
+        if decoded is Undecodable.TOO_LARGE:
+            return await refuse(ctx, Refusal.BODY_TOO_LARGE)
+        if isinstance(decoded, Undecodable):
+            return await refuse(ctx, Refusal.UNDECODABLE_BODY)
+        body = decoded
     upgrader = Upgrader(ctx.state.enricher, ctx.state.loaded.config.mcp)
     if spec.command is not None:
-        return await serve_bridge(request, ctx, body, runtime.bridges, upgrader)
+        return await serve_bridge(request, ctx, body, sent, runtime.bridges, upgrader)
     session_id = request.headers.get(MCP_SESSION_ID)
     settings = ctx.state.loaded.config.mcp
     local = RequestTable(settings.max_tracked_requests)
@@ -89,7 +100,8 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
                 shared.add(key, pending)
     elif request.method != "GET":
         shared = None  # only a GET stream can carry responses to earlier POSTs
-    upstream = await call_upstream(ctx, target, body if request.body_exists else None)
+    # The bytes as sent, with their own Content-Encoding: never the copy decoded above.
+    upstream = await call_upstream(ctx, target, sent if request.body_exists else None)
     if isinstance(upstream, TransportKind):
         return await answer_transport_failure(ctx, upstream)
     try:

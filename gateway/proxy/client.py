@@ -408,7 +408,10 @@ class UpstreamClient:
                 conn.written = True
                 writer.send_headers()
                 conn.go_ahead = self._loop.create_future()
-            conn.sender = self._loop.create_task(_send_body(writer, conn, body))
+            declared = None if isinstance(body, bytes) else headers.get(hdrs.CONTENT_LENGTH)
+            conn.sender = self._loop.create_task(
+                _send_body(writer, conn, body, None if declared is None else int(declared))
+            )
 
     async def _response_head(self, conn: _Connection, origin: Origin) -> UpstreamResponse:
         protocol = conn.protocol
@@ -679,10 +682,23 @@ def _may_replay(
     )
 
 
+class BodyLengthMismatch(Exception):
+    """A streamed body did not match the Content-Length its head declares."""
+
+
 async def _send_body(
-    writer: StreamWriter, conn: _Connection, body: bytes | RequestBody | AsyncIterable[bytes]
+    writer: StreamWriter,
+    conn: _Connection,
+    body: bytes | RequestBody | AsyncIterable[bytes],
+    declared: int | None,
 ) -> None:
-    """Send the request body; a failure is handed to the response reader, never lost."""
+    """Send the request body; a failure is handed to the response reader, never lost.
+
+    A streamed body framed by a declared Content-Length is held to it: a byte past it would
+    be read by the upstream as the start of another request (a request smuggled past the
+    route table), and a body that ends short would keep the upstream waiting. Either way the
+    connection is dropped instead, with nothing extra written.
+    """
     protocol = conn.protocol
     try:
         if conn.go_ahead is not None:
@@ -693,9 +709,16 @@ async def _send_body(
             conn.written = True
             await writer.write_eof(body)
         else:
+            left = declared
             async for chunk in body:
+                if left is not None:
+                    left -= len(chunk)
+                    if left < 0:
+                        raise BodyLengthMismatch(f"more than the declared {declared} bytes")
                 conn.written = True  # the head goes out with the first chunk
                 await writer.write(chunk)
+            if left:
+                raise BodyLengthMismatch(f"{left} bytes short of the declared {declared}")
             conn.written = True
             await writer.write_eof()
     except asyncio.CancelledError:

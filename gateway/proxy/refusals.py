@@ -1,6 +1,7 @@
 """The gateway's own answers: a request it refuses itself, rendered like any other failure.
 
-No route (404), a request body over `limits.max_request_body_bytes` (413) or too slow (408),
+No route (404), a request body over `limits.max_request_body_bytes` (413) or too slow (408)
+or, where the gateway reads it (MCP routes), in a coding it cannot undo (415),
 a request head over the size limits (431, 414) or malformed (400), the connection cap (503):
 no upstream is asked, but the caller gets the same shapes as for any failure, through the
 one enrichment step (`gateway.enrich`, with the built-in rules of `classify.refusals`). In
@@ -28,6 +29,7 @@ from gateway.envelope import TEXT_TYPE, Rendering
 from gateway.failure import Mode, Refusal
 from gateway.header_names import ERROR_FORMAT, REQUEST_ID
 from gateway.logs import AccessRecord
+from gateway.proxy.body import ACCEPT_ENCODING
 from gateway.proxy.context import RequestContext, fresh_request_id
 from gateway.proxy.failure_path import apply_rendering
 from gateway.proxy.routes import asked_mode
@@ -42,6 +44,7 @@ PLAIN = {
     Refusal.NO_ROUTE: "No route for this path\n",
     Refusal.BODY_TOO_LARGE: "Request body too large\n",
     Refusal.BODY_TIMEOUT: "Request body not received in time\n",
+    Refusal.UNDECODABLE_BODY: "Request body in a Content-Encoding the gateway cannot read\n",
     Refusal.OVERLOADED: "Gateway connection limit reached\n",
 }
 """The plain-text answers of `original` mode (a refused request head keeps aiohttp's text)."""
@@ -103,6 +106,8 @@ def own_answer(
 ) -> web.Response:
     """The answer's status, headers and body: the rendering's, else the plain `text` (as is)."""
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: request_id})
+    if refusal is Refusal.UNDECODABLE_BODY:  # RFC 9110 §12.5.3: the codings it does read
+        headers["Accept-Encoding"] = ACCEPT_ENCODING
     body = apply_rendering(headers, rendering, refusal.status)
     if body is None:
         body = text.encode()
