@@ -92,5 +92,20 @@ bench-smoke: $(STAMP)
 	bench/setup.sh
 	$(BIN)/python -m bench.run --smoke
 
+# The first-action corpus (docs/packs/corpus.md): real HTTP stacks and MCP servers nobody tuned
+# the rules for, each failure scenario with its right first action written down, sent direct and
+# through a gateway on the embedded default; prints the rates and the misses (build/corpus/).
+# Installs what it needs first (tests/first_action/setup.sh; root on Debian). Live, bounded by
+# CORPUS_BUDGET_S; corpus-replay scores the recorded answers in seconds, nothing installed.
+CORPUS_ARGS ?=
+CORPUS_BUDGET_S ?= 1500
+.PHONY: corpus corpus-replay
+corpus: $(STAMP) $(MCP_SERVERS)
+	tests/first_action/setup.sh
+	$(BIN)/python -m tests.first_action.run --budget-s $(CORPUS_BUDGET_S) $(CORPUS_ARGS)
+
+corpus-replay: $(STAMP)
+	$(BIN)/python -m tests.first_action.replay
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

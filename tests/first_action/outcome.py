@@ -1,0 +1,97 @@
+"""What one scenario came to, live or replayed, and the answers it was judged on."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tests.first_action.agent import Reading, words_kept
+from tests.first_action.model import Action, Expect
+
+Suite = Literal["http", "mcp"]
+Got = Action | Literal["success"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer as received (body still content-coded), or the fault that ended it."""
+
+    status: int | None
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    fault: str | None = None
+    phrase: str = ""
+
+    def header_map(self) -> dict[str, str]:
+        return {name.lower(): value for name, value in self.headers}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "reason": self.phrase}
+        out["headers"] = [list(h) for h in self.headers]
+        try:
+            out["body"] = self.body.decode("utf-8")
+        except UnicodeDecodeError:
+            out["body_base64"] = base64.b64encode(self.body).decode()
+        if self.fault:
+            out["fault"] = self.fault
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Answer:
+        if "body_base64" in data:
+            body = base64.b64decode(data["body_base64"])
+        else:
+            body = str(data.get("body", "")).encode("utf-8")
+        headers = tuple((str(n), str(v)) for n, v in data.get("headers", []))
+        return cls(data.get("status"), headers, body, data.get("fault"), data.get("reason", ""))
+
+
+@dataclass
+class Outcome:
+    suite: Suite
+    stack: str
+    scenario: str
+    expect: Expect
+    reason: str
+    words: list[str]
+    upstream: str = ""
+    kind: str = ""
+    got: Got | None = None
+    reading: Reading | None = None
+    identical: bool | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def failure(self) -> bool:
+        return self.expect != "success"
+
+    @property
+    def right(self) -> bool:
+        if self.expect == "success":
+            return self.identical is True
+        return self.got == self.expect
+
+    @property
+    def kept(self) -> bool | None:
+        """The upstream's words reached error.message; None when the body has no such words."""
+        if not self.failure or not self.words:
+            return None
+        return self.reading is not None and words_kept(self.words, self.reading.message)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "stack": self.stack,
+            "scenario": self.scenario,
+            "expect": self.expect,
+            "got": self.got,
+            "right": self.right,
+            "kept": self.kept,
+            "kind": self.kind,
+            "upstream": self.upstream,
+            "gateway": self.reading.summary() if self.reading else None,
+            "code": self.reading.code if self.reading else None,
+            "reason": self.reason,
+            "problems": self.problems,
+        }

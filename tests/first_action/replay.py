@@ -1,0 +1,209 @@
+"""The corpus in seconds: the recorded upstream answers, fed through the gateway.
+
+    python -m tests.first_action.replay [--only NAME,...]
+
+HTTP: a loopback server answers each request with the recorded answer of the scenario its
+`X-Corpus-Scenario` header names (status line, headers and body as recorded; framing its own),
+and one `mendpoint serve --upstream` (the embedded default, no config) stands in front of it.
+MCP: `mendpoint stdio -- python replay_mcp_server.py RECORDING` answers each request id with
+the server's recorded response text. Scenarios, expectations and judging are the live run's
+(docs/packs/corpus.md#replay); what the replay cannot show is the live run's own: a stack
+that no longer behaves as recorded, and the bridge and HTTP-route transports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from tests.first_action.environment import MENDPOINT, run_base
+from tests.first_action.http_live import SCENARIO_HEADER, Sent, client, judge, send
+from tests.first_action.mcp_client import INITIALIZED, StdioPeer
+from tests.first_action.mcp_live import FIRST_CALL_ID
+from tests.first_action.mcp_live import judge as judge_call
+from tests.first_action.model import (
+    RECORDED,
+    HttpStack,
+    McpServer,
+    load_http_stacks,
+    load_mcp_servers,
+)
+from tests.first_action.outcome import Answer, Outcome
+from tests.first_action.processes import free_port, group
+from tests.first_action.score import Report
+
+HERE = Path(__file__).resolve().parent
+FRAMING = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    sent: Sent
+    answer: Answer
+
+
+def load_recording(stack: HttpStack) -> dict[str, Recorded] | None:
+    path = RECORDED / "http" / f"{stack.name}.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text("utf-8"))
+    out = {}
+    for item in data["scenarios"]:
+        request = item["request"]
+        body = request.get("body")
+        sent = Sent(
+            request["method"],
+            request["path"],
+            tuple((str(n), str(v)) for n, v in request["headers"]),
+            body.encode("utf-8") if body is not None else None,
+        )
+        out[item["id"]] = Recorded(sent, Answer.from_json(item["answer"]))
+    return out
+
+
+def wire(answer: Answer, method: str) -> bytes:
+    """The recorded answer as the upstream wrote it, framed by Content-Length, closing."""
+    status = answer.status or 502
+    phrase = answer.phrase or HTTPStatus(status).phrase
+    lines = [f"HTTP/1.1 {status} {phrase}"]
+    lines += [f"{n}: {v}" for n, v in answer.headers if n.lower() not in FRAMING]
+    no_body = method == "HEAD" or status in (204, 304) or 100 <= status < 200
+    if not no_body:
+        lines.append(f"Content-Length: {len(answer.body)}")
+    lines.append("Connection: close")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if no_body else head + answer.body
+
+
+@contextlib.asynccontextmanager
+async def replay_server(answers: dict[str, Answer]) -> AsyncIterator[str]:
+    """Answers `X-Corpus-Scenario: STACK/ID` with that scenario's recorded answer."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            request_line, *fields = head.decode("latin-1").split("\r\n")
+            headers = {}
+            for line in fields:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length") or 0)
+            if length:
+                await reader.readexactly(length)
+            key = headers.get(SCENARIO_HEADER.lower(), "")
+            answer = answers.get(key)
+            if answer is None:
+                writer.write(b"HTTP/1.1 599 No Recording\r\nContent-Length: 0\r\n\r\n")
+            else:
+                writer.write(wire(answer, request_line.split(" ")[0]))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def replay_http(stacks: list[HttpStack]) -> tuple[list[Outcome], dict[str, str]]:
+    recorded: dict[str, dict[str, Recorded]] = {}
+    missing = {}
+    for stack in stacks:
+        recording = load_recording(stack)
+        if recording is None:
+            missing[f"http:{stack.name}"] = "no recording (run make corpus)"
+        else:
+            recorded[stack.name] = recording
+    answers = {
+        f"{name}/{sid}": item.answer
+        for name, items in recorded.items()
+        for sid, item in items.items()
+    }
+    outcomes: list[Outcome] = []
+    base = run_base("replay", "http")
+    async with replay_server(answers) as upstream, group(base) as running:
+        port = free_port()
+        argv = [str(MENDPOINT), "serve", "--upstream", upstream]
+        argv += ["--listen", f"127.0.0.1:{port}", "--admin", "off"]
+        await running.start("gateway", argv, port=port, env={"MENDPOINT_LOG_LEVEL": "warning"})
+        gateway = f"http://127.0.0.1:{port}"
+        async with client() as session:
+            for stack in stacks:
+                for scenario in stack.scenarios:
+                    item = recorded.get(stack.name, {}).get(scenario.id)
+                    if item is None:
+                        continue
+                    tagged = Sent(
+                        item.sent.method,
+                        item.sent.path,
+                        (*item.sent.headers, (SCENARIO_HEADER, f"{stack.name}/{scenario.id}")),
+                        item.sent.body,
+                    )
+                    through = await send(session, gateway, tagged)
+                    outcomes.append(judge(stack.name, scenario, item.answer, through))
+    return outcomes, missing
+
+
+async def replay_mcp(servers: list[McpServer]) -> tuple[list[Outcome], dict[str, str]]:
+    outcomes: list[Outcome] = []
+    missing = {}
+    for server in servers:
+        path = RECORDED / "mcp" / f"{server.name}.json"
+        if not path.exists():
+            missing[f"mcp:{server.name}"] = "no recording (run make corpus)"
+            continue
+        recording = json.loads(path.read_text("utf-8"))
+        outcomes.extend(await replay_one(server, recording, path))
+    return outcomes, missing
+
+
+async def replay_one(server: McpServer, recording: dict[str, Any], path: Path) -> list[Outcome]:
+    base = run_base("replay", server.name)
+    argv = [str(MENDPOINT), "stdio", "--", sys.executable, str(HERE / "replay_mcp_server.py")]
+    peer = await StdioPeer.start([*argv, str(path)], {}, str(base), base / "stdio.log")
+    requests: dict[str, Any] = recording["requests"]
+    responses: dict[str, str | None] = recording["responses"]
+    try:
+        await peer.request(requests["0"], 30)
+        await peer.notify(INITIALIZED)
+        await peer.request({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, 30)
+        outcomes = []
+        for index, call in enumerate(server.calls):
+            request_id = FIRST_CALL_ID + index
+            message = requests.get(str(request_id))
+            if message is None:
+                continue
+            through = await peer.request(message, 30)
+            outcomes.append(judge_call(server.name, call, responses.get(str(request_id)), through))
+        return outcomes
+    finally:
+        await peer.close()
+
+
+async def replay(names: list[str] | None) -> Report:
+    http, missing_http = await replay_http(load_http_stacks(names))
+    mcp, missing_mcp = await replay_mcp(load_mcp_servers(names))
+    return Report(http + mcp, missing_http | missing_mcp, {})
+
+
+if __name__ == "__main__":
+    from tests.first_action.run import publish
+
+    parser = argparse.ArgumentParser(prog="python -m tests.first_action.replay")
+    parser.add_argument("--only", default="", help="comma-separated stack or server names")
+    args = parser.parse_args()
+    publish(asyncio.run(replay([n for n in args.only.split(",") if n] or None)), "replay")

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what `make corpus` runs (docs/packs/corpus.md): the real servers and runtimes from
+# Debian's packages (as root), the Python stacks and MCP servers into venvs of their own
+# (.venv/corpus-http, .venv/corpus-mcp: their pinned dependencies never touch the project's),
+# and the Node stacks and MCP servers pinned by tests/first_action/node/package-lock.json.
+# Idempotent: what is already there is not fetched again. Services the packages would start
+# are not started (policy-rc.d for the length of the install): the corpus starts each one
+# itself, on loopback ports of its own, and stops it after.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+HERE=tests/first_action
+
+debs=(
+    nginx-light apache2 lighttpd caddy haproxy varnish squid
+    docker-registry etcd-server prometheus influxdb
+    ruby-sinatra ruby-webrick libmojolicious-perl php-cli golang-go tomcat10
+    postgresql redis-server memcached git
+)
+missing=()
+for deb in "${debs[@]}"; do
+    dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$deb")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    policy=/usr/sbin/policy-rc.d
+    made_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        made_policy=1
+    fi
+    trap '[ "$made_policy" = 1 ] && rm -f "$policy"' EXIT
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f .venv/corpus-http/.installed ] \
+    || [ "$HERE/requirements-http.txt" -nt .venv/corpus-http/.installed ]; then
+    python3 -m venv .venv/corpus-http
+    .venv/corpus-http/bin/pip install --quiet --upgrade pip
+    .venv/corpus-http/bin/pip install --quiet -r "$HERE/requirements-http.txt"
+    touch .venv/corpus-http/.installed
+fi
+if [ ! -f .venv/corpus-mcp/.installed ] \
+    || [ "$HERE/requirements-mcp.txt" -nt .venv/corpus-mcp/.installed ]; then
+    python3 -m venv .venv/corpus-mcp
+    .venv/corpus-mcp/bin/pip install --quiet --upgrade pip
+    .venv/corpus-mcp/bin/pip install --quiet -r "$HERE/requirements-mcp.txt"
+    touch .venv/corpus-mcp/.installed
+fi
+lock="$HERE/node/node_modules/.package-lock.json"
+if [ ! -f "$lock" ] || [ "$HERE/node/package-lock.json" -nt "$lock" ]; then
+    (cd "$HERE/node" && npm ci --no-audit --no-fund --loglevel=error)
+    touch "$lock"
+fi
