@@ -12,6 +12,7 @@ byte, less the differences docs/transparency.md lists.
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import shutil
 import time
@@ -227,9 +228,9 @@ def describe(answer: Answer) -> str:
 
 
 def in_body(word: str, body: bytes) -> bool:
-    """A word is in the body as text, or in one of its JSON strings (escapes undone)."""
+    """A word is in the body as text (HTML entities undone), or in one of its JSON strings."""
     text = body.decode("utf-8", errors="replace")
-    if normalised(word) in normalised(text):
+    if normalised(word) in normalised(html.unescape(text)):
         return True
     try:
         value = json.loads(text)
