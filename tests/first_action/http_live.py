@@ -202,7 +202,7 @@ def judge(
         return outcome
     if direct.status != through.status:
         outcome.problems.append(f"status direct {direct.status}, through {through.status}")
-    missing = [w for w in scenario.words if not in_body(w, direct.body)]
+    missing = [w for w in scenario.words if not in_body(w, direct.text())]
     if missing:
         outcome.problems.append(f"words not in the upstream's body: {missing}")
     if scenario.expect == "success":
@@ -223,7 +223,7 @@ def judge(
 def describe(answer: Answer) -> str:
     if answer.fault:
         return answer.fault
-    text = answer.body[:160].decode("utf-8", errors="replace").replace("\n", " ")
+    text = answer.text()[:160].decode("utf-8", errors="replace").replace("\n", " ")
     return f"{answer.status} {answer.header_map().get('content-type', '-')} {text}"
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import gzip
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +27,21 @@ class Answer:
 
     def header_map(self) -> dict[str, str]:
         return {name.lower(): value for name, value in self.headers}
+
+    def text(self) -> bytes:
+        """The body with its content coding undone (gzip, deflate), to look for words in."""
+        coding = self.header_map().get("content-encoding", "").strip().lower()
+        try:
+            if coding in ("gzip", "x-gzip"):
+                return gzip.decompress(self.body)
+            if coding == "deflate":
+                try:
+                    return zlib.decompress(self.body)
+                except zlib.error:
+                    return zlib.decompress(self.body, -zlib.MAX_WBITS)
+        except (OSError, EOFError, zlib.error):
+            return self.body
+        return self.body
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "reason": self.phrase}

@@ -34,7 +34,7 @@ async def probe(name: str) -> None:
             print(f"== {scenario.id} ({scenario.expect}): {answer.status} {answer.fault or ''}")
             for header, value in answer.headers:
                 print(f"   {header}: {value}")
-            print("   " + answer.body[:1500].decode("utf-8", errors="replace"))
+            print("   " + answer.text()[:1500].decode("utf-8", errors="replace"))
 
 
 async def probe_mcp(name: str, tools: bool) -> None:

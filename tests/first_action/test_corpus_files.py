@@ -19,6 +19,7 @@ from tests.first_action.model import (
     load_http_stacks,
     load_mcp_servers,
 )
+from tests.first_action.outcome import Answer
 from tests.first_action.replay import replay_http, replay_mcp
 from tests.support.paths import DOCS
 
@@ -40,10 +41,10 @@ def test_an_http_recording_matches_its_scenarios(stack: HttpStack) -> None:
     recorded = {item["id"]: item for item in json.loads(path.read_text("utf-8"))["scenarios"]}
     assert list(recorded) == [s.id for s in stack.scenarios]
     for scenario in stack.scenarios:
-        answer = recorded[scenario.id]["answer"]
-        body = answer.get("body", "").encode()
-        assert all(in_body(word, body) for word in scenario.words), scenario.id
-        assert (answer["status"] < 400) == (scenario.expect == "success"), scenario.id
+        answer = Answer.from_json(recorded[scenario.id]["answer"])
+        assert all(in_body(word, answer.text()) for word in scenario.words), scenario.id
+        assert answer.status is not None, scenario.id
+        assert (answer.status < 400) == (scenario.expect == "success"), scenario.id
 
 
 @pytest.mark.parametrize("server", SERVERS, ids=lambda s: s.name)
