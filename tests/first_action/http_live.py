@@ -138,6 +138,7 @@ async def start_stack(stack: HttpStack, fill: Places, running: Group, tmp: Path)
             cwd=fill.fill(process.cwd) if process.cwd else str(tmp),
             env={k: fill.fill(v) for k, v in process.env.items()},
             timeout_s=process.start_timeout_s,
+            ready_path=process.ready_path,
         )
 
 

@@ -82,6 +82,7 @@ class ProcessSpec(Strict):
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     start_timeout_s: float = Field(default=30, gt=0, le=180)
+    ready_path: str | None = Field(default=None, description="GET until it answers 2xx")
 
 
 class HttpStack(Strict):

@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
+
 STOP_GRACE_S = 2.0
 
 
@@ -52,6 +54,7 @@ class Group:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         timeout_s: float = 30,
+        ready_path: str | None = None,
     ) -> None:
         log_path = self.logs / f"{name}.log"
         with log_path.open("ab") as log:
@@ -70,6 +73,8 @@ class Group:
         self.started.append((name, process))
         if port is not None:
             await wait_listening(name, process, port, timeout_s, log_path)
+            if ready_path is not None:
+                await wait_ready(name, port, ready_path, timeout_s, log_path)
 
     async def stop(self) -> None:
         for _name, process in reversed(self.started):
@@ -94,6 +99,21 @@ async def wait_listening(
             await writer.wait_closed()
         return
     raise StartFailed(f"{name} did not listen on port {port} in {timeout_s:g} s: {tail(log)}")
+
+
+async def wait_ready(name: str, port: int, path: str, timeout_s: float, log: Path) -> None:
+    """A server that listens before it can answer (a database opening): GET until 2xx."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                    if response.status < 300:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise StartFailed(f"{name}: {path} was not ready in {timeout_s:g} s: {tail(log)}")
 
 
 async def stop_group(process: asyncio.subprocess.Process) -> None:
