@@ -43,13 +43,30 @@ ExpectHandler = Callable[[web.Request], Awaitable[None]]
 
 class GatewayProtocol(RequestHandler):
     """aiohttp's request handler with precise statuses for request heads over the limits,
-    answered in the gateway's `default_mode` like its other own answers (`proxy.refusals`)."""
+    answered in the gateway's `default_mode` like its other own answers (`proxy.refusals`).
 
-    __slots__ = ("_state",)
+    `on_lost` is told once when the connection ends: the connection cap counts a connection
+    from its accept to its end (`gateway.app.ConnectionCap`)."""
 
-    def __init__(self, manager: Any, *, state: StateHolder, **kwargs: Any) -> None:
+    __slots__ = ("_on_lost", "_state")
+
+    def __init__(
+        self,
+        manager: Any,
+        *,
+        state: StateHolder,
+        on_lost: Callable[[], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(manager, **kwargs)
         self._state = state
+        self._on_lost = on_lost
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            on_lost()
+        super().connection_lost(exc)
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         """A request the parser refused is the client's mistake, not the gateway's: one

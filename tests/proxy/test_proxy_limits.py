@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -218,6 +219,58 @@ async def test_connections_over_the_cap_get_503(
     again = await exchange(gateway, b"GET /again HTTP/1.1\r\nHost: gw\r\n\r\n")
     assert again.status == 200
     assert upstream.hits == 2
+
+
+BURST_CAP, BURST = 50, 200
+
+
+async def test_a_burst_of_connections_never_holds_more_than_the_cap(
+    counter: tuple[Counter, str], start_gateway: StartGateway
+) -> None:
+    """All at once, the burst lands in the listen backlog and is accepted in one turn of the
+    event loop, before aiohttp has registered any of it: the cap counts connections as they
+    are accepted (docs/security.md#limits-and-timeouts), so exactly `BURST_CAP` are held and
+    every other one gets the 503 before anything is read."""
+    upstream, base = counter
+    limits = {"max_client_connections": BURST_CAP}
+    gateway = await start_gateway({**route_config(base), "limits": limits})
+    url = URL(gateway.url)
+    assert url.host is not None and url.port is not None
+    # Blocking connects, with no turn of the event loop in between: loopback completes each
+    # handshake in the kernel, so all of them wait in the backlog together.
+    sockets = [socket.create_connection((url.host, url.port), timeout=5) for _ in range(BURST)]
+    streams = [await asyncio.open_connection(sock=sock) for sock in sockets]
+    server = gateway.server.runner.server
+    assert server is not None
+
+    async def answered(reader: asyncio.StreamReader) -> bytes:
+        return await reader.read(-1)  # a refused connection is answered and closed at once
+
+    reads = [asyncio.ensure_future(answered(reader)) for reader, _ in streams]
+    try:
+        for _ in range(1000):  # until every connection is either refused or registered
+            if sum(read.done() for read in reads) + len(server.connections) >= BURST:
+                break
+            await asyncio.sleep(0.01)
+        refused = [r.result() for r in reads if r.done()]
+        assert len(server.connections) == BURST_CAP
+        assert len(refused) == BURST - BURST_CAP
+        assert all(b" 503 " in raw.partition(b"\r\n")[0] for raw in refused)
+        assert all(b"GATEWAY_OVERLOADED" in raw for raw in refused)
+        # The held ones are working connections.
+        held = next(i for i, read in enumerate(reads) if not read.done())
+        reads[held].cancel()
+        await asyncio.wait([reads[held]])
+        reader, writer = streams[held]
+        writer.write(b"GET /held HTTP/1.1\r\nHost: gw\r\n\r\n")
+        async with asyncio.timeout(5):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200 ")
+        assert upstream.hits == 1
+    finally:
+        for read in reads:
+            read.cancel()
+        for _, writer in streams:
+            writer.close()
 
 
 # --- the pure-Python parser is refused ----------------------------------------------------
