@@ -311,16 +311,46 @@ class GatewayServer:
             self._server.close()
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish within `shutdown.grace_s`, close."""
+        """Stop accepting; what is in flight (requests, SSE streams, tunnels, bridge calls)
+        gets `shutdown.grace_s` to finish, and then every connection still open is cut, so
+        stopping ends within the grace whatever is open (docs/operations.md#reload-and-shutdown).
+
+        aiohttp's own shutdown waits `shutdown_timeout` for each handler, then cancels only
+        the request's body and waits as long again: a stream, which reads no body, held the
+        drain for twice the grace. Cutting the connection cancels its handler instead
+        (`handler_cancellation`), and aiohttp's wait ends with it.
+        """
         self._set_ready(False)
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-        await self.runner.cleanup()
+        loop = asyncio.get_running_loop()
+        stop_by = loop.time() + self.loaded.config.shutdown.grace_s
+        self.app[mcp_runtime.MCP_RUNTIME].stop_by = stop_by
+        server = self.runner.server
+        cut = None if server is None else loop.call_at(stop_by, _cut_connections, server)
+        try:
+            if self._server is not None:
+                self._server.close()
+            await self.runner.cleanup()
+            if self._server is not None:
+                await self._server.wait_closed()  # after the cut: 3.12 waits for connections
+        finally:
+            if cut is not None:
+                cut.cancel()
         if self.admin_runner is not None:
             await self.admin_runner.cleanup()
         for task in list(self._retired):
             task.cancel()
+
+
+def _cut_connections(server: web.Server) -> None:
+    """The grace is over: end every client connection still open, each handler cancelled
+    with it (a tunnel is counted `cancelled`, a stream's upstream connection is closed)."""
+    connections = server.connections
+    if connections:
+        log.warning("shutdown.grace_s is over: closing %d connections still open", len(connections))
+    for connection in connections:
+        transport = connection.transport
+        if transport is not None:
+            transport.abort()
 
 
 def _build_state(path: str, running: GatewayConfig) -> GatewayState:

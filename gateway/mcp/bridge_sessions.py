@@ -168,16 +168,17 @@ class BridgeSession:
     def ending(self) -> asyncio.Task[None] | None:
         return self._ending
 
-    async def end(self, why: str) -> None:
-        """Stop the child (process group included) and release everyone waiting on it.
+    async def end(self, why: str, exit_grace_s: float = EXIT_GRACE_S) -> None:
+        """Stop the child (process group included) and release everyone waiting on it; the
+        child gets `exit_grace_s` to exit by itself before its group is killed.
 
         Shielded: a DELETE whose client hangs up mid-way still kills the child.
         """
         if self._ending is None:
-            self._ending = asyncio.create_task(self._shut(why))
+            self._ending = asyncio.create_task(self._shut(why, exit_grace_s))
         await asyncio.shield(self._ending)
 
-    async def _shut(self, why: str) -> None:
+    async def _shut(self, why: str, exit_grace_s: float) -> None:
         log.info("MCP bridge session %s ends (%s), pid %d", self.id, why, self.child.pid)
         self._on_end(self)
         for task in self._tasks:
@@ -188,7 +189,7 @@ class BridgeSession:
         for waiter in waiters.values():
             _answer_gone(waiter)
         self.close_listener()
-        await self.child.stop(EXIT_GRACE_S)
+        await self.child.stop(exit_grace_s)
 
     async def _pump(self) -> None:
         """Route each line the child writes; the child's exit ends the session."""
@@ -293,10 +294,16 @@ class Bridges:
         for session in self._sessions.values():
             session.close_listener()
 
-    async def close_all(self) -> None:
-        """Gateway shutdown: every child is killed, none outlives the gateway."""
+    async def close_all(self, stop_by: float | None = None) -> None:
+        """Gateway shutdown: every child is killed, none outlives the gateway. `stop_by` (a
+        loop time) is when the drain must be over: a child gets what is left of it to exit
+        by itself, at most `EXIT_GRACE_S`, and none once the grace is spent."""
+        grace = EXIT_GRACE_S
+        if stop_by is not None:
+            left = stop_by - asyncio.get_running_loop().time()
+            grace = min(grace, max(0.0, left))
         sessions = [*self._sessions.values(), *self._closing]
-        await asyncio.gather(*(s.end("gateway shutdown") for s in sessions))
+        await asyncio.gather(*(s.end("gateway shutdown", grace) for s in sessions))
         await self.owners.close()
 
 

@@ -22,6 +22,8 @@ class McpRuntime:
         spec = loaded.config.mcp
         self.sessions = SessionTables(spec.max_sessions, spec.max_tracked_requests)
         self.bridges = Bridges()
+        self.stop_by: float | None = None
+        """When the gateway's drain must be over (a loop time), once it began."""
 
 
 MCP_RUNTIME = web.AppKey("mendpoint_mcp", McpRuntime)
@@ -35,7 +37,7 @@ def install(app: web.Application, loaded: LoadedConfig) -> None:
         runtime.bridges.close_listeners()
 
     async def kill_children(_: web.Application) -> None:
-        await runtime.bridges.close_all()
+        await runtime.bridges.close_all(runtime.stop_by)
 
     app.on_shutdown.append(end_streams)
     app.on_cleanup.append(kill_children)

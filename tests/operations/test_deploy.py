@@ -15,7 +15,7 @@ import yaml
 
 from gateway.cli import _parser
 from gateway.config.loader import load_catalog, load_config
-from gateway.config.models import DEFAULT_ADMIN
+from gateway.config.models import DEFAULT_ADMIN, ShutdownSpec
 from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
 from gateway.observe import REGISTRY
 from tests.support.paths import DEPLOY
@@ -255,6 +255,74 @@ def test_compose_file_references_real_files_and_valid_commands() -> None:
         assert (DEPLOY / source).exists(), source
         if target == gateway["command"][-1]:
             assert load_config(str(DEPLOY / source)).rules
+
+
+# What a process needs past drain + grace to close what is left and exit (a supervisor's
+# workers included): the drain itself ends within drain + grace (tests/operations/test_drain.py).
+EXIT_MARGIN_S = 5
+# Kubernetes kills a Pod this long after it starts terminating, unless the Pod says otherwise.
+DEFAULT_TERMINATION_S = 30
+
+
+def shutdown_of(config_text: str) -> ShutdownSpec:
+    """The `shutdown:` settings of a gateway config, with the defaults it leaves out."""
+    return ShutdownSpec(**(yaml.safe_load(config_text).get("shutdown") or {}))
+
+
+def pre_stop_s(container: dict[str, Any]) -> float:
+    """How long a container's preStop hook takes before it gets SIGTERM (0: none)."""
+    hook = container.get("lifecycle", {}).get("preStop")
+    if hook is None:
+        return 0
+    if "sleep" in hook:
+        return float(hook["sleep"]["seconds"])
+    command = hook.get("exec", {}).get("command", [])
+    assert command[:1] == ["sleep"] and len(command) == 2, f"a preStop it cannot time: {hook}"
+    return float(command[1])
+
+
+def test_pods_outlast_the_drain() -> None:
+    """terminationGracePeriodSeconds leaves room for the whole drain (a preStop hook, then
+    drain_delay_s + grace_s) and for the process to exit; any other container in the Pod (the
+    app behind a sidecar) stays up, through its preStop, until the drain is over."""
+    config_maps = {doc["metadata"]["name"]: doc["data"] for doc in objects("ConfigMap").values()}
+    checked = 0
+    for name, deployment in objects("Deployment").items():
+        pod = deployment["spec"]["template"]["spec"]
+        termination = pod.get("terminationGracePeriodSeconds", DEFAULT_TERMINATION_S)
+        mendpoint = [c for c in containers(deployment) if c["args"][0] == "serve"]
+        if not mendpoint:
+            continue
+        (gateway,) = mendpoint
+        argv = gateway["args"]
+        config_file = argv[argv.index("--config") + 1].rpartition("/")[2]
+        (volume,) = [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v]
+        shutdown = shutdown_of(config_maps[volume][config_file])
+        drain = pre_stop_s(gateway) + shutdown.drain_delay_s + shutdown.grace_s
+        assert termination >= drain + EXIT_MARGIN_S, (name, termination, drain)
+        for other in containers(deployment):
+            if other is not gateway:
+                assert pre_stop_s(other) >= drain, (name, other["name"])
+                assert termination >= pre_stop_s(other) + EXIT_MARGIN_S, (name, other["name"])
+        checked += 1
+    assert checked >= 2
+
+
+def compose_seconds(duration: str) -> float:
+    """A Compose duration such as `30s` or `1m30s`."""
+    match = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert match is not None and duration, duration
+    return int(match.group(1) or 0) * 60 + int(match.group(2) or 0)
+
+
+def test_compose_waits_out_the_drain() -> None:
+    """`docker compose stop` kills after 10 s unless told otherwise; the gateway's drain takes
+    up to drain_delay_s + grace_s."""
+    service = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["mendpoint"]
+    (volume,) = [v for v in service["volumes"] if v.split(":")[1] == service["command"][-1]]
+    shutdown = shutdown_of((DEPLOY / volume.split(":")[0]).read_text())
+    drain = shutdown.drain_delay_s + shutdown.grace_s
+    assert compose_seconds(service["stop_grace_period"]) >= drain + EXIT_MARGIN_S
 
 
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}

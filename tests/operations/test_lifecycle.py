@@ -4,9 +4,7 @@ graceful SIGTERM drain that lets in-flight requests finish and exits 0."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,10 +13,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests.support.gateway import StartUpstream, free_port
-from tests.support.paths import REPO
-
-ROOT = REPO
+from tests.support.gateway import StartUpstream, free_port, start_process, wait_ready
 
 
 def slow_app() -> web.Application:
@@ -30,32 +25,6 @@ def slow_app() -> web.Application:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
     return app
-
-
-async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        *args,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            async with session.get(url) as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientConnectionError:
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{url} never became ready")
 
 
 async def stop(process: asyncio.subprocess.Process) -> tuple[int, str]:
@@ -71,7 +40,7 @@ async def test_environment_overrides_configure_the_embedded_gateway(
 ) -> None:
     upstream = await start_upstream(slow_app())
     port, admin = free_port(), free_port()
-    process = await start(
+    process = await start_process(
         "serve",
         env={
             "MENDPOINT_UPSTREAM": upstream,
@@ -114,7 +83,7 @@ async def test_sighup_reloads_and_sigterm_drains(
     }
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(data))
-    process = await start("serve", "--config", str(path))
+    process = await start_process("serve", "--config", str(path))
     base, admin_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
     try:
         async with aiohttp.ClientSession() as session:
@@ -179,7 +148,7 @@ async def test_an_open_tunnel_is_in_flight_until_the_grace_ends(
     }
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(data))
-    process = await start("serve", "--config", str(path))
+    process = await start_process("serve", "--config", str(path))
     try:
         async with aiohttp.ClientSession() as session:
             await wait_ready(session, f"http://127.0.0.1:{admin}/readyz")

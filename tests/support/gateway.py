@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from gateway.app import GatewayServer
+from tests.support.paths import REPO
 
 
 @dataclass
@@ -36,6 +39,36 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+async def start_process(
+    *args: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """`python -m gateway ARGS` from the repository, its stderr kept for the test to read."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
+    """Until `url` (an admin listener's /readyz) answers 200, for at most 20 s."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            async with session.get(url) as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} never became ready")
 
 
 @dataclass(frozen=True)
