@@ -74,7 +74,8 @@ def mendpoint_config(upstream: str | None, mode: str) -> dict[str, object]:
     config = fixtures.mendpoint_config(upstream or "http://127.0.0.1:9", mode, False)
     route: dict[str, object] = {"name": "tools", "prefix": "/", "type": "mcp", "mode": mode}
     if upstream is None:
-        route.update(command=STDIO_COMMAND, max_sessions=64)
+        # wrk's connections all come from 127.0.0.1: one anonymous caller with every session.
+        route.update(command=STDIO_COMMAND, max_sessions=64, max_sessions_per_caller=64)
     else:
         route["upstream"] = upstream
     config["routes"] = [route]

@@ -8,13 +8,19 @@ ingress, the auth layer in front), so what that proxy says about the original cl
 From any other peer those claims are the client's own word and are replaced or ignored.
 
 Only the TCP peer decides: never a header, so a chain of spoofed `X-Forwarded-For` entries
-cannot make an untrusted client look trusted.
+cannot make an untrusted client look trusted. Behind a trusted proxy, the original client is
+the last `X-Forwarded-For` entry that proxy (or another trusted one) appended
+(`client_address`): entries to its left are the client's own claims.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-from collections.abc import Iterable
+import os
+import socket
+import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -69,11 +75,67 @@ class TrustedProxies:
             self._verdicts[peer] = verdict
         return verdict
 
+    def client_address(self, peer: str | None, forwarded_for: Sequence[str]) -> str | None:
+        """The original client's address: the TCP peer, or, from a trusted peer, the last
+        `X-Forwarded-For` entry (`forwarded_for`: every field value) that is not itself a
+        trusted proxy, walking right to left as each trusted hop appended.
+
+        Only a trusted hop's entry is believed: a client may prepend anything, but the proxy
+        it reached appends the address it saw. An entry that is not an address ends the walk
+        at the hop before it (the clients behind it then share that hop's address, never an
+        address of their choosing); when every entry is trusted, the leftmost is the client.
+        """
+        if not self.trusts(peer):
+            return peer
+        client = peer
+        entries = [e.strip() for value in forwarded_for for e in value.split(",")]
+        for entry in reversed([e for e in entries if e]):
+            address = _address_of(entry)
+            if address is None:
+                break
+            client = str(address)
+            if not self.trusts(client):
+                break
+        return client
+
     def _contains(self, peer: str) -> bool:
-        try:
-            address = ipaddress.ip_address(peer.partition("%")[0])  # drop an IPv6 zone id
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped  # a dual-stack listener sees ::ffff:10.0.0.1
-        return any(address in network for network in self.networks)
+        address = _address_of(peer)
+        return address is not None and any(address in network for network in self.networks)
+
+
+def from_sibling(transport: asyncio.BaseTransport | None) -> bool:
+    """The connection is a Unix socket whose other end runs as this process's user: a sibling
+    worker relaying a bridge request (`serve --workers`), whose word on the client's peer is
+    believed. An abstract-namespace socket has no file permissions, so any local process may
+    connect to it; the kernel's SO_PEERCRED says who did, and only the gateway's own user (who
+    could read the workers' memory anyway) may name a peer."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    option = getattr(socket, "SO_PEERCRED", None)  # Linux, like `serve --workers`
+    if sock is None or option is None or sock.family != socket.AF_UNIX:
+        return False
+    try:
+        credentials = sock.getsockopt(socket.SOL_SOCKET, option, _UCRED.size)
+    except OSError:
+        return False
+    _, uid, _ = _UCRED.unpack(credentials)
+    return bool(uid == os.getuid())
+
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def _address_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An address as a peer or an `X-Forwarded-For` entry gives it (`[v6]:port` and
+    `v4:port` forms too), an IPv4-mapped IPv6 one as IPv4; None when it is not one."""
+    value = text.strip()
+    if value.startswith("["):
+        value = value[1:].partition("]")[0]
+    elif value.count(":") == 1:
+        value = value.partition(":")[0]  # 192.0.2.1:4711
+    try:
+        address = ipaddress.ip_address(value.partition("%")[0])  # drop an IPv6 zone id
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped  # a dual-stack listener sees ::ffff:10.0.0.1
+    return address

@@ -316,6 +316,9 @@ class RouteSpec(Strict):
     public_url: str | None = None
     session_idle_s: float = Field(default=300, gt=0, le=86_400)
     max_sessions: int = Field(default=16, ge=1, le=10_000)
+    # Sessions one caller (or anonymous client address) may hold at once, so one client
+    # cannot take the whole route (docs/mcp.md#sessions-belong-to-their-caller).
+    max_sessions_per_caller: int = Field(default=4, ge=1, le=10_000)
 
     @field_validator("upstream", "public_url")
     @classmethod
@@ -350,10 +353,23 @@ class RouteSpec(Strict):
         if self.tls is not None and not (self.upstream or "").startswith("https://"):
             raise ValueError("tls is only for https:// upstreams")
         if self.command is None:
-            for key in ("session_idle_s", "max_sessions"):
+            for key in ("session_idle_s", "max_sessions", "max_sessions_per_caller"):
                 if key in self.model_fields_set:
                     raise ValueError(f"{key} is only for mcp routes with a command (the bridge)")
+        elif (
+            "max_sessions_per_caller" in self.model_fields_set
+            and self.max_sessions_per_caller > self.max_sessions
+        ):
+            raise ValueError(
+                f"max_sessions_per_caller ({self.max_sessions_per_caller}) is above "
+                f"max_sessions ({self.max_sessions}); it can be at most max_sessions"
+            )
         return self
+
+    @property
+    def sessions_per_caller(self) -> int:
+        """The per-caller bound in force: the default never exceeds a smaller route bound."""
+        return min(self.max_sessions_per_caller, self.max_sessions)
 
     @field_validator("command")
     @classmethod

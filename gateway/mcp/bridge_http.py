@@ -3,6 +3,9 @@
 This is how a team exposes a local tool server to remote agents with upgraded errors. An
 `initialize` POST without `Mcp-Session-Id` opens a bridge session (`bridge_sessions`: one child
 process each) and the answer names it; later requests are routed by that id; DELETE ends it.
+A session belongs to the caller that opened it (`bridge_holders`): anyone else's POST, GET or
+DELETE with its id gets the same 404 as an unknown id, and a caller past
+`max_sessions_per_caller` gets 429 (docs/mcp.md#sessions-belong-to-their-caller).
 
 A POST's requests are written to the child as lines (batches one message a line, since stdio
 servers read single messages); the POST then waits for the responses with those ids. A single
@@ -21,6 +24,7 @@ the child keeps no event log) and the stateless 2026-07-28 revision (a stdio ser
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +34,14 @@ from multidict import CIMultiDict
 
 from gateway.failure import TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
-from gateway.mcp.bridge_sessions import Bridges, BridgeSession, SessionsFull, Waiter
+from gateway.mcp.bridge_holders import Holder, holder_of
+from gateway.mcp.bridge_sessions import (
+    Bridges,
+    BridgeSession,
+    HolderSessionsFull,
+    SessionsFull,
+    Waiter,
+)
 from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,
@@ -69,7 +80,7 @@ async def serve_bridge(
         return rpc_refusal(
             400, SERVER_ERROR, "Bad Request: Mcp-Session-Id header is required", ctx.request_id
         )
-    session = bridges.get(session_id, ctx.route.spec.name)
+    session = bridges.get(session_id, ctx.route.spec.name, _holder(ctx))
     if session is None:
         return await _elsewhere(request, ctx, sent, session_id, bridges)
     if request.method == "DELETE":
@@ -94,7 +105,7 @@ async def _post(
             400, PARSE_ERROR, "Parse error: the body is not a JSON-RPC message", ctx.request_id
         )
     if session_id:
-        session = bridges.get(session_id, ctx.route.spec.name)
+        session = bridges.get(session_id, ctx.route.spec.name, _holder(ctx))
         if session is None:
             return await _elsewhere(request, ctx, sent, session_id, bridges)
     elif not _starts_session(message):
@@ -104,8 +115,10 @@ async def _post(
     else:
         try:
             session = await bridges.open(
-                ctx.route.spec, ctx.state.loaded.config.mcp.max_message_bytes
+                ctx.route.spec, ctx.state.loaded.config.mcp.max_message_bytes, _holder(ctx)
             )
+        except HolderSessionsFull as full:
+            return _holder_full(ctx, full)
         except SessionsFull:
             response = rpc_refusal(
                 503, SERVER_ERROR, "Too many MCP sessions on this route", ctx.request_id
@@ -132,7 +145,27 @@ async def _elsewhere(
     owner = bridges.owners.socket_for(session_id)
     if owner is None:
         return rpc_refusal(404, SESSION_NOT_FOUND, "Session not found", ctx.request_id)
-    return await bridges.owners.relay(request, sent, owner, ctx.request_id)
+    return await bridges.owners.relay(request, sent, owner, ctx.request_id, ctx.peer)
+
+
+def _holder(ctx: RequestContext) -> Holder:
+    return holder_of(ctx.caller, ctx.client_address)
+
+
+def _holder_full(ctx: RequestContext, full: HolderSessionsFull) -> web.Response:
+    """429, not the route's 503: this caller holds its share, and what frees one is its own
+    DELETE (or the idle reaper, by `Retry-After`), not waiting for others."""
+    limit = full.limit
+    response = rpc_refusal(
+        429,
+        SERVER_ERROR,
+        f"Too many MCP sessions for this caller on this route (max_sessions_per_caller: "
+        f"{limit}): end one with DELETE, or wait until one has been idle for session_idle_s",
+        ctx.request_id,
+        {"max_sessions_per_caller": limit},
+    )
+    response.headers["Retry-After"] = str(max(1, math.ceil(full.retry_after_s)))
+    return response
 
 
 async def _exchange(

@@ -6,10 +6,13 @@ socket of its own, in Linux's abstract namespace (no file to clean up, no path-l
 meet): `@NS-TAG`, NS being the supervisor's random namespace (`MENDPOINT_BRIDGE_NS`, set for
 workers only) and TAG this process's random owner tag. Session ids start with their owner's
 tag (`TAG-…`), so a worker that receives a request for a session it does not hold relays the
-request, as it came, to the owner's socket and streams the answer back. The owner serves it
-like any other request (origin checks, mode, upgrades); a session that is gone there is a 404
-there, never relayed again. A single gateway has no namespace and relays nothing. The socket
-is reachable from this host only, like the loopback listener it stands beside.
+request, as it came, to the owner's socket and streams the answer back, naming the client's
+TCP peer in `X-Mendpoint-Peer` (the owner believes it from a sibling only, `trust.from_sibling`).
+The owner serves it like any other request from that peer (origin checks, caller, mode,
+upgrades, and the session's holder: another caller's request is a 404 there); a session that
+is gone there is a 404 there, never relayed again. A single gateway has no namespace and
+relays nothing. The socket is reachable from this host only, like the loopback listener it
+stands beside.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.header_names import REQUEST_ID
+from gateway.header_names import RELAYED_PEER, REQUEST_ID
 from gateway.mcp.rpc_errors import SESSION_NOT_FOUND, rpc_refusal
 from gateway.proxy.aiohttp_private import SiblingConnector
 
@@ -78,13 +81,14 @@ class Owners:
         return _address(self.namespace, tag)
 
     async def relay(
-        self, request: web.Request, body: bytes, path: str, request_id: str
+        self, request: web.Request, body: bytes, path: str, request_id: str, peer: str | None
     ) -> web.StreamResponse:
-        """The owner's answer to this request, streamed back as it comes."""
+        """The owner's answer to this request from `peer`, streamed back as it comes."""
         headers = CIMultiDict(
             (k, v) for k, v in request.headers.items() if k.lower() not in _NOT_RELAYED
         )
         headers[REQUEST_ID] = request_id
+        headers[RELAYED_PEER] = peer or ""  # replaces a client's own
         client = self._client(path)
         try:
             upstream = await client.request(

@@ -2,7 +2,9 @@
 
 A stdio server holds one conversation, so each MCP session of a bridge route (a `type: mcp`
 route with `command:`) gets its own child process. `Bridges` opens a session for an
-`initialize` (at most `max_sessions` per route) and finds it again by its id; a session ends on
+`initialize` (at most `max_sessions` per route, and `max_sessions_per_caller` of those for one
+holder, `bridge_holders`) and finds it again by its id and holder: for anyone else the session
+does not exist (docs/mcp.md#sessions-belong-to-their-caller). A session ends on
 DELETE, after `session_idle_s` without a request, when its child exits, or at gateway shutdown,
 and ending it kills the child's process group. While it lives, a session routes each line the
 child writes: a response to the POST `Waiter` that sent its request, a server request or
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.models import RouteSpec
+from gateway.mcp.bridge_holders import Holder
 from gateway.mcp.bridge_owners import Owners, new_session_id
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import RequestKey, encode, parse_message, request_key
@@ -37,6 +40,16 @@ EXIT_GRACE_S = 2.0
 
 class SessionsFull(Exception):
     """The route already runs `max_sessions` children."""
+
+
+class HolderSessionsFull(Exception):
+    """This holder already has `max_sessions_per_caller` sessions on the route."""
+
+    def __init__(self, limit: int, retry_after_s: float) -> None:
+        super().__init__(limit, retry_after_s)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        """When the first of its sessions would end idle, if it stays unused."""
 
 
 @dataclass(eq=False)
@@ -87,12 +100,14 @@ class BridgeSession:
         self,
         session_id: str,
         route: str,
+        holder: Holder,
         child: Child,
         idle_s: float,
         on_end: Callable[[BridgeSession], None],
     ) -> None:
         self.id = session_id
         self.route = route
+        self.holder = holder
         self.child = child
         self.idle_s = idle_s
         self.in_flight = 0
@@ -110,6 +125,13 @@ class BridgeSession:
     @property
     def ended(self) -> bool:
         return self._ending is not None
+
+    def idle_in(self) -> float:
+        """Seconds until the idle reaper ends this session if nobody uses it (a POST in
+        flight keeps it alive: then a whole `idle_s`)."""
+        if self.in_flight:
+            return self.idle_s
+        return max(0.0, self.last_active + self.idle_s - time.monotonic())
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -251,7 +273,9 @@ class Bridges:
 
     def __init__(self) -> None:
         self._sessions: dict[str, BridgeSession] = {}
+        # Children being started, by route and by (route, holder): counted against the limits.
         self._opening: dict[str, int] = {}
+        self._opening_for: dict[tuple[str, Holder], int] = {}
         # Sessions already ending (their child may still be exiting): shutdown waits for
         # them too, so no child process outlives the gateway's event loop.
         self._closing: set[BridgeSession] = set()
@@ -261,25 +285,40 @@ class Bridges:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def get(self, session_id: str, route: str) -> BridgeSession | None:
+    def get(self, session_id: str, route: str, holder: Holder) -> BridgeSession | None:
+        """The session, if it is this route's and `holder`'s; None as for an unknown id
+        otherwise, so another caller learns nothing, not even that the id exists."""
         session = self._sessions.get(session_id)
-        return session if session is not None and session.route == route else None
+        if session is None or session.route != route or session.holder != holder:
+            return None
+        return session
 
-    async def open(self, spec: RouteSpec, limit: int) -> BridgeSession:
-        """Start a child for a new session; SessionsFull or OSError (cannot start) otherwise."""
+    async def open(self, spec: RouteSpec, limit: int, holder: Holder) -> BridgeSession:
+        """Start a child for a new session of `holder`'s; HolderSessionsFull, SessionsFull or
+        OSError (cannot start) otherwise. The holder's own bound is checked first: a caller
+        at it is told to end a session of its own, not that the route is busy."""
         assert spec.command is not None
-        running = sum(1 for s in self._sessions.values() if s.route == spec.name)
-        if running + self._opening.get(spec.name, 0) >= spec.max_sessions:
+        route = spec.name
+        mine = [s for s in self._sessions.values() if s.route == route and s.holder == holder]
+        if len(mine) + self._opening_for.get((route, holder), 0) >= spec.sessions_per_caller:
+            first_idle = min((s.idle_in() for s in mine), default=spec.session_idle_s)
+            raise HolderSessionsFull(spec.sessions_per_caller, first_idle)
+        running = sum(1 for s in self._sessions.values() if s.route == route)
+        if running + self._opening.get(route, 0) >= spec.max_sessions:
             raise SessionsFull
-        self._opening[spec.name] = self._opening.get(spec.name, 0) + 1
+        self._opening[route] = self._opening.get(route, 0) + 1
+        self._opening_for[route, holder] = self._opening_for.get((route, holder), 0) + 1
         try:
             child = await Child.start(list(spec.command), limit)
         finally:
-            self._opening[spec.name] -= 1
+            self._opening[route] -= 1
+            self._opening_for[route, holder] -= 1
+            if not self._opening_for[route, holder]:
+                del self._opening_for[route, holder]
         session_id = new_session_id()
-        session = BridgeSession(session_id, spec.name, child, spec.session_idle_s, self._drop)
+        session = BridgeSession(session_id, route, holder, child, spec.session_idle_s, self._drop)
         self._sessions[session_id] = session
-        log.info("MCP bridge session %s started, pid %d", session_id, child.pid)
+        log.info("MCP bridge session %s started for %s, pid %d", session_id, holder, child.pid)
         return session
 
     def _drop(self, session: BridgeSession) -> None:
@@ -321,4 +360,4 @@ def _response_key(message: Any) -> RequestKey | None:
     return request_key(message.get("id"))
 
 
-__all__ = ["BridgeSession", "Bridges", "SessionsFull", "Waiter"]
+__all__ = ["BridgeSession", "Bridges", "HolderSessionsFull", "SessionsFull", "Waiter"]

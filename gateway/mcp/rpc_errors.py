@@ -54,10 +54,13 @@ def too_large(request_id: Any, method: str, size: int, limit: int) -> dict[str, 
     )
 
 
-def rpc_refusal(status: int, code: int, message: str, request_id: str) -> web.Response:
+def rpc_refusal(
+    status: int, code: int, message: str, request_id: str, data: dict[str, Any] | None = None
+) -> web.Response:
     """An HTTP refusal whose body is a JSON-RPC error with no id; `request_id` is the
     gateway's X-Request-Id, not a JSON-RPC id."""
-    body = json.dumps(error_response(None, code, message), separators=(",", ":")).encode()
+    error = error_response(None, code, message, data)
+    body = json.dumps(error, separators=(",", ":")).encode()
     return web.Response(
         status=status,
         body=body,

@@ -1,7 +1,8 @@
 """One request as the data path sees it: route, state, access record, deadline, request id.
 
 HTTP forwarding, the failure path and the MCP relays all take a `RequestContext`; who the
-caller is and which mode they get are worked out lazily, on failures only.
+caller is and which mode they get are worked out lazily: on failures, and on bridge routes,
+whose sessions belong to their caller (docs/mcp.md#sessions-belong-to-their-caller).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gateway.enrich import (
     fell_back,
 )
 from gateway.failure import Mode
-from gateway.header_names import ACCEPT, ERROR_FORMAT, REQUEST_ID
+from gateway.header_names import ACCEPT, ERROR_FORMAT, RELAYED_PEER, REQUEST_ID
 from gateway.logs import AccessRecord
 from gateway.observe import FallbackReason
 from gateway.proxy.client import ResponseDeadline
@@ -34,6 +35,7 @@ from gateway.proxy.routes import Route, choose_mode
 from gateway.proxy.state import CAPTURES, SIGNATURES, GatewayState
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
+from gateway.trust import from_sibling
 
 
 @dataclass
@@ -57,21 +59,38 @@ class RequestContext:
         return self.record.request_id
 
     @functools.cached_property
+    def peer(self) -> str | None:
+        """The TCP peer's address; for a request a sibling worker relayed to the bridge
+        session it holds (`serve --workers`, docs/mcp.md#workers), the peer that worker saw,
+        so trust, caller and session holder come out as they would have there."""
+        request = self.request
+        relayed = request.headers.get(RELAYED_PEER)
+        if relayed is not None and from_sibling(request.transport):
+            return relayed or None
+        return request.remote
+
+    @functools.cached_property
     def from_trusted_proxy(self) -> bool:
         """The TCP peer is in `trusted_proxies`: its forwarding and identity headers count."""
-        return self.state.proxies.trusts(self.request.remote)
+        return self.state.proxies.trusts(self.peer)
+
+    @functools.cached_property
+    def client_address(self) -> str | None:
+        """The original client's address: the peer, or what trusted proxies say it was."""
+        forwarded = self.request.headers.getall("X-Forwarded-For", ())
+        return self.state.proxies.client_address(self.peer, forwarded)
 
     @functools.cached_property
     def caller(self) -> Caller:
         request = self.request
         return self.state.callers.identify(
-            request.headers, peer=request.remote, trusted=self.from_trusted_proxy
+            request.headers, peer=self.peer, trusted=self.from_trusted_proxy
         )
 
     @functools.cached_property
     def mode(self) -> Mode:
         caller = self.caller
-        rollout_key = caller.name if caller.name is not None else f"peer:{self.request.remote}"
+        rollout_key = caller.name if caller.name is not None else f"peer:{self.peer}"
         requested = self.request.headers.get(ERROR_FORMAT)
         return choose_mode(self.route, requested, rollout_key, self.request_id)
 

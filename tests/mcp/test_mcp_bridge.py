@@ -229,7 +229,10 @@ async def test_session_bounds_and_refusals(
     url = gateway.url + "/mcp"
     first = RawSession(http, url)
     await first.start()
-    full = await RawSession(http, url).post(INIT)
+    # Another client (another address): the route's bound, not the first client's own.
+    elsewhere = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with aiohttp.ClientSession(connector=elsewhere) as other:
+        full = await RawSession(other, url).post(INIT)
     assert full.status == 503
     assert full.headers["Retry-After"] == "1"
     no_session = await RawSession(http, url).post(call(1, "add", {"a": 1, "b": 1}))

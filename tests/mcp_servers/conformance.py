@@ -125,8 +125,10 @@ def gateway_config(upstream: str) -> LoadedConfig:
                         "prefix": "/bridge",
                         "type": "mcp",
                         "command": [str(EVERYTHING), "stdio"],
-                        # The suite opens a session per scenario and never deletes one.
+                        # The suite opens a session per scenario and never deletes one,
+                        # all of them from this one address.
                         "max_sessions": 100,
+                        "max_sessions_per_caller": 100,
                         "session_idle_s": 30,
                     },
                 ],
