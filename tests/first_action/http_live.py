@@ -215,6 +215,7 @@ def judge(
     assert through.status is not None
     if through.status < 400:
         outcome.got = "success"
+        outcome.reported_as_success = direct.status is not None and direct.status < 400
         return outcome
     outcome.reading = read_http(through.header_map(), through.body)
     outcome.got = outcome.reading.action

@@ -249,6 +249,7 @@ def judge(stack: str, call: McpCall, direct: str | None, through: str | None) ->
         return outcome
     if reading is None:
         outcome.got = "success"
+        outcome.reported_as_success = outcome.kind == "result"
         return outcome
     outcome.reading = reading
     outcome.got = reading.action

@@ -64,6 +64,8 @@ class Expectation(Strict):
             raise ValueError("a failure scenario needs its one-line reason")
         if self.expect == "success" and self.words:
             raise ValueError("a success scenario has no words to keep")
+        if any(_PLACEHOLDER.search(word) for word in self.words):
+            raise ValueError("words are the upstream's own text: no placeholders in them")
         return self
 
 

@@ -77,11 +77,19 @@ class Outcome:
     got: Got | None = None
     reading: Reading | None = None
     identical: bool | None = None
+    reported_as_success: bool = False
     problems: list[str] = field(default_factory=list)
 
     @property
     def failure(self) -> bool:
         return self.expect != "success"
+
+    @property
+    def scored(self) -> bool:
+        """A failure the upstream itself reports as a success (HTTP 2xx, `isError: false`)
+        passes through untouched by contract (docs/spec.md#what-mendpoint-is); it is counted
+        apart, not against the first-action rate."""
+        return self.failure and not self.reported_as_success
 
     @property
     def right(self) -> bool:
@@ -104,6 +112,7 @@ class Outcome:
             "expect": self.expect,
             "got": self.got,
             "right": self.right,
+            "reported_as_success": self.reported_as_success,
             "kept": self.kept,
             "kind": self.kind,
             "upstream": self.upstream,

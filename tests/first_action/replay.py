@@ -158,17 +158,27 @@ async def replay_http(stacks: list[HttpStack]) -> tuple[list[Outcome], dict[str,
     return outcomes, missing
 
 
+MCP_AT_ONCE = 4
+
+
 async def replay_mcp(servers: list[McpServer]) -> tuple[list[Outcome], dict[str, str]]:
-    outcomes: list[Outcome] = []
+    """Each server's recording through its own `mendpoint stdio`, a few at a time."""
     missing = {}
+    present = []
     for server in servers:
         path = RECORDED / "mcp" / f"{server.name}.json"
-        if not path.exists():
+        if path.exists():
+            present.append((server, json.loads(path.read_text("utf-8")), path))
+        else:
             missing[f"mcp:{server.name}"] = "no recording (run make corpus)"
-            continue
-        recording = json.loads(path.read_text("utf-8"))
-        outcomes.extend(await replay_one(server, recording, path))
-    return outcomes, missing
+    slots = asyncio.Semaphore(MCP_AT_ONCE)
+
+    async def one(server: McpServer, recording: dict[str, Any], path: Path) -> list[Outcome]:
+        async with slots:
+            return await replay_one(server, recording, path)
+
+    runs = await asyncio.gather(*(one(*item) for item in present))
+    return [outcome for run in runs for outcome in run], missing
 
 
 async def replay_one(server: McpServer, recording: dict[str, Any], path: Path) -> list[Outcome]:

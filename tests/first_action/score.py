@@ -31,13 +31,13 @@ class Tally:
 def tally(outcomes: Iterable[Outcome], test: str) -> Tally:
     chosen = list(outcomes)
     if test == "first_action":
-        scored = [o for o in chosen if o.failure]
+        scored = [o for o in chosen if o.scored]
         return Tally(sum(o.right for o in scored), len(scored))
     if test == "always_retry":
-        scored = [o for o in chosen if o.failure]
+        scored = [o for o in chosen if o.scored]
         return Tally(sum(o.expect == "retry" for o in scored), len(scored))
     if test == "fidelity":
-        scored = [o for o in chosen if o.kept is not None]
+        scored = [o for o in chosen if o.scored and o.kept is not None]
         return Tally(sum(o.kept is True for o in scored), len(scored))
     if test == "success":
         scored = [o for o in chosen if not o.failure]
@@ -116,7 +116,8 @@ def _row(name: str, items: list[Outcome]) -> str:
 
 def _misses(outcomes: list[Outcome]) -> list[str]:
     lines: list[str] = []
-    wrong = [o for o in outcomes if not o.right]
+    wrong = [o for o in outcomes if not o.right and (o.scored or not o.failure)]
+    masked = [o for o in outcomes if o.failure and o.reported_as_success]
     lost = [o for o in outcomes if o.right and o.kept is False]
     if wrong:
         lines.append(f"-- misses ({len(wrong)}), by class:")
@@ -140,6 +141,13 @@ def _misses(outcomes: list[Outcome]) -> list[str]:
                 f"   * {outcome.stack}/{outcome.scenario}: wanted {outcome.words!r}, "
                 f"message {message[:200]!r}"
             )
+    if masked:
+        lines.append(
+            f"-- failures the upstream reports as successes, passed through by contract and "
+            f"not scored ({len(masked)}):"
+        )
+        for outcome in masked:
+            lines.append(f"   * {outcome.stack}/{outcome.scenario}: {outcome.upstream[:200]}")
     odd = [o for o in outcomes if o.right and o.problems]
     if odd:
         lines.append(f"-- scenario problems ({len(odd)}):")

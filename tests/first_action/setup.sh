@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what `make corpus` runs (docs/packs/corpus.md): the real servers and runtimes from
 # Debian's packages (as root), the Python stacks and MCP servers into venvs of their own
-# (.venv/corpus-http, .venv/corpus-mcp: their pinned dependencies never touch the project's),
+# (.venv/corpus-http, .venv/corpus-mcp, and .venv/corpus-mcp1 for servers that need the 1.x
+# Python SDK: their pinned dependencies never touch the project's),
 # and the Node stacks and MCP servers pinned by tests/first_action/node/package-lock.json.
 # Idempotent: what is already there is not fetched again. Services the packages would start
 # are not started (policy-rc.d for the length of the install): the corpus starts each one
@@ -48,6 +49,13 @@ if [ ! -f .venv/corpus-mcp/.installed ] \
     .venv/corpus-mcp/bin/pip install --quiet --upgrade pip
     .venv/corpus-mcp/bin/pip install --quiet -r "$HERE/requirements-mcp.txt"
     touch .venv/corpus-mcp/.installed
+fi
+if [ ! -f .venv/corpus-mcp1/.installed ] \
+    || [ "$HERE/requirements-mcp1.txt" -nt .venv/corpus-mcp1/.installed ]; then
+    python3 -m venv .venv/corpus-mcp1
+    .venv/corpus-mcp1/bin/pip install --quiet --upgrade pip
+    .venv/corpus-mcp1/bin/pip install --quiet -r "$HERE/requirements-mcp1.txt"
+    touch .venv/corpus-mcp1/.installed
 fi
 lock="$HERE/node/node_modules/.package-lock.json"
 if [ ! -f "$lock" ] || [ "$HERE/node/package-lock.json" -nt "$lock" ]; then

@@ -87,6 +87,7 @@ def test_the_agent_reads_mcp_failures_where_the_gateway_puts_them() -> None:
 
 
 @pytest.mark.slow  # a gateway and one `mendpoint stdio` per server: seconds each on a busy machine
+@pytest.mark.timeout(300)
 async def test_recorded_successes_pass_through_byte_for_byte() -> None:
     http, missing = await replay_http(STACKS)
     assert not missing
