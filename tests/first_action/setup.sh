@@ -12,9 +12,8 @@ cd "$(dirname "$0")/../.."
 HERE=tests/first_action
 
 debs=(
-    nginx-light apache2 lighttpd caddy haproxy varnish squid
-    docker-registry etcd-server prometheus influxdb
-    ruby-sinatra ruby-webrick libmojolicious-perl php-cli golang-go tomcat10
+    nginx-light apache2 apache2-utils haproxy docker-registry etcd-server prometheus
+    ruby-sinatra ruby-webrick php-cli golang-go
     postgresql redis-server memcached git
 )
 missing=()
@@ -22,6 +21,8 @@ for deb in "${debs[@]}"; do
     dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q "install ok installed" \
         || missing+=("$deb")
 done
+# mcp-server-kubernetes runs kubectl; Debian's kubernetes-client when none is on the PATH.
+command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
 if [ ${#missing[@]} -gt 0 ]; then
     policy=/usr/sbin/policy-rc.d
     made_policy=0
