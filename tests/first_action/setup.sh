@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 HERE=tests/first_action
 
 debs=(
-    nginx-light apache2 apache2-utils haproxy docker-registry etcd-server prometheus
+    nginx-light apache2 apache2-utils haproxy varnish caddy docker-registry etcd-server prometheus
     ruby-sinatra ruby-webrick php-cli golang-go
     postgresql redis-server memcached git
 )
