@@ -89,6 +89,8 @@ class Refusal(StrEnum):
     TARGET_TOO_LONG = "target_too_long"
     MALFORMED = "malformed"
     OVERLOADED = "overloaded"
+    ROUTE_CONNECTIONS = "route_connections"
+    UPSTREAM_CONNECTIONS = "upstream_connections"
 
     @property
     def status(self) -> int:
@@ -104,6 +106,8 @@ _REFUSAL_STATUS = {
     Refusal.TARGET_TOO_LONG: 414,
     Refusal.MALFORMED: 400,
     Refusal.OVERLOADED: 503,
+    Refusal.ROUTE_CONNECTIONS: 503,
+    Refusal.UPSTREAM_CONNECTIONS: 503,
 }
 
 

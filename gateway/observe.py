@@ -111,6 +111,21 @@ UPSTREAM_REPLAYS = Counter(
     "upstream before any answer (docs/transparency.md)",
     registry=REGISTRY,
 )
+POOL_REFUSALS = Counter(
+    "mendpoint_upstream_pool_refusals_total",
+    "Requests answered 503 GATEWAY_UPSTREAM_LIMIT, never sent: no upstream connection came "
+    "within the wait because the gateway's own limit was full (limit: route for "
+    "routes[].max_connections, total for limits.max_upstream_connections)",
+    ["route", "limit"],
+    registry=REGISTRY,
+)
+UPSTREAM_STREAMS = Gauge(
+    "mendpoint_upstream_streams",
+    "Upstream connections carrying a stream right now, outside the request limits "
+    "(at most limits.max_upstream_streams; docs/transparency.md)",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
 TUNNELS_OPENED = Counter(
     "mendpoint_tunnels_opened_total",
     "WebSocket tunnels opened: the upstream answered the handshake 101 (docs/transparency.md)",
@@ -278,6 +293,21 @@ def _unmatched_child(route: str, kind: str) -> Counter:
 @functools.lru_cache(maxsize=16)
 def _resolution_child(outcome: ResolverOutcome) -> Counter:
     return RESOLUTIONS.labels(outcome=outcome.value)
+
+
+_POOL_LIMITS = {"route_connections": "route", "upstream_connections": "total"}
+
+
+def count_pool_refusal(route: str, refusal: str) -> None:
+    """`POOL_REFUSALS` for one request the gateway's own upstream limit kept from being sent
+    (`refusal`: gateway.failure.Refusal's route or upstream connections)."""
+    _pool_refusal_child(route, _POOL_LIMITS[refusal]).inc()
+
+
+# Bounded: routes come from the config, limits from a closed set.
+@functools.lru_cache(maxsize=1024)
+def _pool_refusal_child(route: str, limit: str) -> Counter:
+    return POOL_REFUSALS.labels(route=route, limit=limit)
 
 
 def count_answer_cache(hit: bool) -> None:

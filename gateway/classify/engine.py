@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.classify.observation import Observation
-from gateway.classify.refusals import refusal_rules
+from gateway.classify.refusals import refusal_rules, route_connection_rules
 from gateway.classify.render_failure import build_failure
 from gateway.classify.rules import CompiledRule, compile_rule
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.loaded import LoadedConfig
-from gateway.failure import Failure, TransportKind
+from gateway.failure import Failure, Refusal, TransportKind
 
 FIRST_FAILURE_STATUS = 400
 RETRY_AFTER = "Retry-After"
@@ -57,6 +57,7 @@ class Classifier:
         # A tool error carries no JSON-RPC code: rules that need one are never tried on it.
         self._mcp_tool = tuple(r for r in self._mcp if r.jsonrpc_code is None)
         self._refusals = refusal_rules(config.limits)
+        self._route_refusals = route_connection_rules(config.routes, config.limits)
         self.headers_read = tuple(
             sorted({RETRY_AFTER, *(n for r in self.rules for n in r.headers_read)})
         )
@@ -70,6 +71,8 @@ class Classifier:
 
     def candidates(self, obs: Observation) -> tuple[CompiledRule, ...]:
         if obs.refusal is not None:  # the gateway's own answer: its built-in rule
+            if obs.refusal is Refusal.ROUTE_CONNECTIONS and obs.route in self._route_refusals:
+                return (self._route_refusals[obs.route],)
             return (self._refusals[obs.refusal],)
         if obs.transport is not None:
             return self._by_transport.get(obs.transport, ())

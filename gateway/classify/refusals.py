@@ -1,4 +1,4 @@
-"""The gateway's own failures as rules: no route, a request over a limit, the connection cap.
+"""The gateway's own failures as rules: no route, a request over a limit, the connection caps.
 
 When the gateway answers a request itself (docs/transparency.md#the-gateways-own-answers)
 there is no upstream answer to match, but the failure is one like any other: it goes through
@@ -12,7 +12,7 @@ upstream status, so no user rule is shadowed by them.
 from __future__ import annotations
 
 from gateway.classify.rules import CompiledRule
-from gateway.config.models import ErrorSpec, LimitsSpec
+from gateway.config.models import ErrorSpec, LimitsSpec, RouteSpec
 from gateway.failure import Category, Refusal
 
 ORIGIN = "built in: the gateway's own answers (docs/transparency.md)"
@@ -24,6 +24,38 @@ def refusal_rules(limits: LimitsSpec) -> dict[Refusal, CompiledRule]:
         refusal: _rule(refusal, order, spec)
         for order, (refusal, spec) in enumerate(_errors(limits).items())
     }
+
+
+def route_connection_rules(routes: list[RouteSpec], limits: LimitsSpec) -> dict[str, CompiledRule]:
+    """Per route with a `max_connections`, the rule for its share of the upstream pool,
+    with its own limit written in."""
+    order = list(Refusal).index(Refusal.ROUTE_CONNECTIONS)
+    return {
+        route.name: _rule(Refusal.ROUTE_CONNECTIONS, order, _route_busy(route.max_connections))
+        for route in routes
+        if route.max_connections is not None
+    }
+
+
+def _route_busy(limit: int | None) -> ErrorSpec:
+    number = "" if limit is None else f" {limit}"
+    return _pool_full(
+        f"The{number} upstream connections this route may hold (the gateway's "
+        "routes[].max_connections) are all in use; nothing was sent"
+    )
+
+
+def _pool_full(message: str) -> ErrorSpec:
+    """The gateway's own limit on upstream connections: the upstream was not asked, so the
+    request may be sent again whatever its method, once a connection is likely free."""
+    return ErrorSpec(
+        code="GATEWAY_UPSTREAM_LIMIT",
+        category=Category.UNAVAILABLE,
+        message=message,
+        retryable=True,
+        retry_after_ms=1000,
+        side_effect_free=True,
+    )
 
 
 def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
@@ -105,6 +137,12 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
             retryable=True,
             retry_after_ms=1000,
             side_effect_free=True,
+        ),
+        # A request the gateway's own upstream limits kept waiting too long: not the upstream.
+        Refusal.ROUTE_CONNECTIONS: _route_busy(None),  # each route's: route_connection_rules
+        Refusal.UPSTREAM_CONNECTIONS: _pool_full(
+            f"The gateway's {limits.max_upstream_connections} connections to upstreams "
+            "(limits.max_upstream_connections) are all in use; nothing was sent"
         ),
     }
 

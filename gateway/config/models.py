@@ -319,6 +319,9 @@ class RouteSpec(Strict):
     # Sessions one caller (or anonymous client address) may hold at once, so one client
     # cannot take the whole route (docs/mcp.md#sessions-belong-to-their-caller).
     max_sessions_per_caller: int = Field(default=4, ge=1, le=10_000)
+    # Upstream connections this route's requests may hold at once (streams apart); None: as
+    # many as limits.max_upstream_connections (docs/transparency.md#fair-shares-of-the-pool).
+    max_connections: int | None = Field(default=None, ge=1)
 
     @field_validator("upstream", "public_url")
     @classmethod
@@ -352,6 +355,8 @@ class RouteSpec(Strict):
             raise ValueError("json_for_json_clients is only for type: http routes")
         if self.tls is not None and not (self.upstream or "").startswith("https://"):
             raise ValueError("tls is only for https:// upstreams")
+        if self.command is not None and self.max_connections is not None:
+            raise ValueError("max_connections is only for routes with an upstream URL")
         if self.command is None:
             for key in ("session_idle_s", "max_sessions", "max_sessions_per_caller"):
                 if key in self.model_fields_set:
@@ -473,6 +478,9 @@ class LimitsSpec(Strict):
     max_response_header_bytes: int = Field(default=64 << 10, ge=1024, le=1 << 20)
     max_response_headers: int = Field(default=500, ge=8, le=10_000)
     max_upstream_connections: int = Field(default=256, ge=1)
+    # Connections carrying a stream (an SSE answer, or one with no declared end still flowing
+    # after 2 s) are counted here instead, so streams cannot starve short requests; 0: never.
+    max_upstream_streams: int = Field(default=1024, ge=0)
     # A WebSocket tunnel with no byte either way for this long is closed (docs/transparency.md).
     tunnel_idle_timeout_s: float = Field(default=300, gt=0, le=86_400)
     max_client_connections: int = Field(default=4096, ge=1)

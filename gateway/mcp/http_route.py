@@ -102,6 +102,8 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
         shared = None  # only a GET stream can carry responses to earlier POSTs
     # The bytes as sent, with their own Content-Encoding: never the copy decoded above.
     upstream = await call_upstream(ctx, target, sent if request.body_exists else None)
+    if isinstance(upstream, Refusal):
+        return await refuse(ctx, upstream)
     if isinstance(upstream, TransportKind):
         return await answer_transport_failure(ctx, upstream)
     try:

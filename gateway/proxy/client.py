@@ -16,6 +16,11 @@ retries). This client keeps the parts worth keeping from aiohttp and drops the r
   (`Keep-Alive: timeout=N`, else `limits.upstream_idle_timeout_s`), and a connection whose
   last answer was a 5xx (servers often close 1-4 ms after one) is given only to a request
   that could be replayed;
+- fair shares (docs/transparency.md#fair-shares-of-the-pool): each route's requests hold at
+  most its `routes[].max_connections`, and an answer that is a long-lived stream leaves the
+  request limits for `limits.max_upstream_streams`, so streams cannot starve short requests.
+  When the gateway's own limit is why no connection came within the wait, `PoolFull` says
+  which (nothing was sent);
 - one replay, as mature HTTP clients do: when a *reused* connection fails before any byte of
   an answer, a request that is safe to send again (no body or a small one kept whole, and an
   idempotent method or nothing written) goes once more on a fresh connection. Nothing else
@@ -58,9 +63,17 @@ from gateway.config.models import LimitsSpec, TlsSpec
 from gateway.config.tls import tls_context
 from gateway.failure import TransportKind
 from gateway.logs import Throttled
-from gateway.observe import UPSTREAM_REPLAYS
+from gateway.observe import UPSTREAM_REPLAYS, UPSTREAM_STREAMS
 from gateway.proxy.aiohttp_private import LazyReadTimeoutProtocol
 from gateway.proxy.body import RequestBody
+from gateway.proxy.shares import (
+    OPEN_ENDED_STREAM_S,
+    UNLIMITED,
+    PoolFull,
+    Share,
+    is_event_stream,
+    wake_first,
+)
 
 log = logging.getLogger("mendpoint.upstream")
 
@@ -178,7 +191,7 @@ class UpstreamResponse:
             self._client._release(self._origin, conn, reusable=False)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Connection:
     protocol: _Protocol
     fd: int  # polled for a close the event loop has not seen yet
@@ -191,6 +204,9 @@ class _Connection:
     total: asyncio.TimerHandle | None = None
     interim: Interim | None = None  # this exchange's listener for 100 and 103
     go_ahead: asyncio.Future[None] | None = None  # the upstream's 100 Continue, when asked
+    share: Share | None = None  # while a request of this route holds it
+    stream: bool = False  # carrying a stream: counted against limits.max_upstream_streams
+    stream_due: float = 0.0  # when its answer, with no declared end, counts as a stream
 
     def expired(self, now: float) -> bool:
         return now - self.idle_since >= self.idle_limit
@@ -267,14 +283,29 @@ class ResponseDeadline:
 
 
 class UpstreamClient:
-    """One pool of keep-alive connections per upstream origin, capped in total."""
+    """One pool of keep-alive connections per upstream origin, capped in total, with a share
+    per route and a separate limit for the connections that carry streams.
+
+    `_open` counts every connection but those carrying a stream (idle, connecting, and in
+    use for a request), at most `limits.max_upstream_connections`; `_streams` the others, at
+    most `limits.max_upstream_streams`. A stream found when that limit is full stays counted
+    as a request (it cannot be refused once the upstream answered), and is set apart later if
+    room comes.
+    """
 
     def __init__(self, limits: LimitsSpec) -> None:
         self._limits = limits
         self._loop = asyncio.get_running_loop()
         self._idle: dict[Origin, deque[_Connection]] = {}
         self._open = 0
+        self._streams = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._shares: dict[str, Share] = {}
+        self._unrouted = Share("", UNLIMITED)
+        self._open_ended_answers: set[_Connection] = set()  # they may yet prove streams
+        self._setting_apart: asyncio.TimerHandle | None = None
+        # The wait for a free connection, as aiohttp's `connect` timeout counts it.
+        self._wait_s = limits.connect_timeout_s * 2
         self._closed = False
         self._tls_contexts: dict[TlsSpec | None, ssl.SSLContext] = {}
         # The same for every response; worked out once, not per request.
@@ -293,6 +324,24 @@ class UpstreamClient:
     def loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
 
+    def share(self, route: str, limit: int | None) -> Share:
+        """`route`'s share of the pool, at most `limit` connections (None: no limit of its
+        own, only the pool's); made on first use, its limit following config reloads."""
+        cap = UNLIMITED if limit is None else limit
+        share = self._shares.get(route)
+        if share is None:
+            share = self._shares[route] = Share(route, cap)
+        elif share.limit != cap:
+            grew = cap > share.limit
+            share.limit = cap
+            while grew and share.waiters:  # they look again at the new limit
+                wake_first(share.waiters)
+        return share
+
+    def counts(self) -> tuple[int, int]:
+        """Connections open now: those not carrying a stream, and those that do."""
+        return self._open, self._streams
+
     async def request(
         self,
         method: str,
@@ -304,12 +353,17 @@ class UpstreamClient:
         *,
         idempotent: bool = False,
         interim: Interim | None = None,
+        share: Share | None = None,
     ) -> UpstreamResponse:
         """Send one request and return once the response head has arrived.
 
         `idempotent` (the route's idempotent methods) allows the one replay described in the
         module docstring; without it a request is replayed only if nothing was written.
+        `share` is the route's part of the pool (`share()`); without one, the whole pool.
+        Raises `PoolFull` when the gateway's own limits left no connection within the wait.
         """
+        if share is None:
+            share = self._unrouted
         total = TimeoutHandle(self._loop, self._limits.total_timeout_s)
         timer = total.timer()  # a no-op context when there is no total timeout
         total_handle = total.start()
@@ -318,7 +372,7 @@ class UpstreamClient:
         while True:
             try:
                 with timer:
-                    conn = await self._acquire(origin, replayable=replayable, fresh=fresh)
+                    conn = await self._acquire(origin, share, replayable=replayable, fresh=fresh)
             except BaseException:
                 if total_handle is not None:
                     total_handle.cancel()
@@ -430,9 +484,23 @@ class UpstreamClient:
                     conn.go_ahead.set_result(None)
             elif conn.interim is not None:
                 await conn.interim(message.code, message.reason, message.headers)
-        return UpstreamResponse(
-            message.code, message.reason, message.headers, payload, self, origin, conn
-        )
+        headers = message.headers
+        if hdrs.CONTENT_LENGTH not in headers and message.code != 101 and not payload.is_eof():
+            self._open_ended(conn, headers)
+        return UpstreamResponse(message.code, message.reason, headers, payload, self, origin, conn)
+
+    def _open_ended(self, conn: _Connection, headers: CIMultiDictProxy[str]) -> None:
+        """An answer with no declared end: a stream now if it says it is one (set apart at
+        once, or as soon as there is room), else once it is still flowing
+        `OPEN_ENDED_STREAM_S` from now."""
+        due = self._loop.time()
+        if is_event_stream(headers.get(hdrs.CONTENT_TYPE, "")):
+            if self._set_apart(conn):
+                return
+        else:
+            due += OPEN_ENDED_STREAM_S
+        conn.stream_due = due
+        self._open_ended_answers.add(conn)
 
     def _over_limits(self, origin: Origin, exc: HttpProcessingError) -> None:
         """Name the limit an upstream's answer broke, so an operator knows what to raise."""
@@ -451,20 +519,53 @@ class UpstreamClient:
         )
 
     async def _acquire(
-        self, origin: Origin, *, replayable: bool = False, fresh: bool = False
+        self, origin: Origin, share: Share, *, replayable: bool = False, fresh: bool = False
     ) -> _Connection:
-        """A kept-alive connection to `origin` (unless `fresh`), else a new one once the cap
-        leaves room. A connection whose last answer was a 5xx goes only to a `replayable`
-        request: servers often close right after an error, and only a replay survives that."""
-        conn = None if fresh else self._take_idle(origin, replayable)
-        if conn is not None:
-            return conn
-        if self._open >= self._limits.max_upstream_connections:
-            try:  # aiohttp's `connect` timeout: the wait for a free connection included
-                async with asyncio.timeout(self._limits.connect_timeout_s * 2):
+        """A connection to `origin` for one request of `share`'s route, once the route's
+        share and the pool leave room, within `_wait_s` in all (else `PoolFull`)."""
+        until = None
+        if share.busy >= share.limit:
+            until = self._loop.time() + self._wait_s
+            await self._wait_for_share(share, until)
+        share.busy += 1
+        try:
+            # A kept-alive connection is taken here, without a second coroutine per request.
+            conn = None if fresh else self._take_idle(origin, replayable)
+            if conn is None:
+                conn = await self._connection(origin, replayable, fresh, until)
+        except BaseException:
+            share.leave()
+            raise
+        conn.share = share
+        return conn
+
+    async def _wait_for_share(self, share: Share, until: float) -> None:
+        try:
+            async with asyncio.timeout_at(until):
+                while True:
+                    self._set_apart_due()
+                    if share.busy < share.limit:
+                        return
+                    await self._wait_on(share.waiters)
+        except TimeoutError:
+            raise PoolFull.route(share.limit) from None
+
+    async def _connection(
+        self, origin: Origin, replayable: bool, fresh: bool, until: float | None
+    ) -> _Connection:
+        """With no idle connection to `origin` at hand: one released while waiting at the cap,
+        else a new one once the cap leaves room. A connection whose last answer was a 5xx
+        goes only to a `replayable` request (`_take_idle`): servers often close right after
+        an error, and only a replay survives that."""
+        cap = self._limits.max_upstream_connections
+        if self._open >= cap:
+            if until is None:
+                until = self._loop.time() + self._wait_s
+            try:
+                async with asyncio.timeout_at(until):
                     conn = await self._wait_for_room(origin, replayable, fresh)
             except TimeoutError:
-                raise UpstreamFault(TransportKind.CONNECT_TIMEOUT, "no free connection") from None
+                raise PoolFull.total(cap) from None
             if conn is not None:
                 return conn
         self._open += 1
@@ -483,7 +584,7 @@ class UpstreamClient:
         if not idle:
             return None
         now = self._loop.time()
-        passed: list[_Connection] = []
+        passed: list[_Connection] | None = None  # made only when needed: this runs per request
         found = None
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to be closed by now
@@ -496,20 +597,25 @@ class UpstreamClient:
             ):
                 self._discard(conn)
             elif conn.after_error and not replayable:
+                if passed is None:
+                    passed = []
                 passed.append(conn)  # left for a request that can survive its close
             else:
                 conn.reused = True
                 found = conn
                 break
-        idle.extend(reversed(passed))
+        if passed is not None:
+            idle.extend(reversed(passed))
         return found
 
     async def _wait_for_room(
         self, origin: Origin, replayable: bool, fresh: bool
     ) -> _Connection | None:
         """At the cap: an idle connection to `origin` when one is released, or room for a new
-        one (made by closing an idle connection to another origin, or by a close)."""
+        one (made by closing an idle connection to another origin, by a close, or by setting
+        a stream apart)."""
         while True:
+            self._set_apart_due()
             conn = None if fresh else self._take_idle(origin, replayable)
             if conn is not None:
                 return conn
@@ -519,16 +625,60 @@ class UpstreamClient:
             if elsewhere is not None:
                 self._discard(elsewhere.popleft())  # the longest idle: least likely needed
                 continue
-            waiter = self._loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except BaseException:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # woken but leaving: pass the turn on
-                else:
-                    self._waiters.remove(waiter)
-                raise
+            await self._wait_on(self._waiters)
+
+    async def _wait_on(self, waiters: deque[asyncio.Future[None]]) -> None:
+        """Wait for a turn in `waiters`; one woken but leaving passes its turn on."""
+        waiter = self._loop.create_future()
+        waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                wake_first(waiters)
+            else:
+                waiters.remove(waiter)
+            raise
+
+    def _set_apart(self, conn: _Connection) -> bool:
+        """`conn` carries a stream from now on: out of its route's share and the request
+        pool, into `limits.max_upstream_streams`, if that has room. True if it was."""
+        share = conn.share
+        if share is None or conn.stream or self._streams >= self._limits.max_upstream_streams:
+            return False
+        conn.stream, conn.share = True, None
+        self._streams += 1
+        self._open -= 1
+        if conn.stream_due:
+            conn.stream_due = 0.0
+            self._open_ended_answers.discard(conn)
+        UPSTREAM_STREAMS.inc()
+        share.leave()
+        self._wake()
+        return True
+
+    def _set_apart_due(self) -> None:
+        """Someone waits at a limit: set apart every answer that counts as a stream by now,
+        while there is room for streams, and look again when the next one will."""
+        answers = self._open_ended_answers
+        if not answers:
+            return
+        now = self._loop.time()
+        for conn in [c for c in answers if c.stream_due <= now]:
+            if not self._set_apart(conn):
+                return  # no room for streams: a stream's end wakes the waiters again
+        if answers:
+            when = min(c.stream_due for c in answers)
+            timer = self._setting_apart
+            if timer is None or timer.when() > when:
+                if timer is not None:
+                    timer.cancel()
+                self._setting_apart = self._loop.call_at(when, self._look_again)
+
+    def _look_again(self) -> None:
+        self._setting_apart = None
+        if self._waiters or any(share.waiters for share in self._shares.values()):
+            self._set_apart_due()
 
     def _tls_context(self, spec: TlsSpec | None) -> ssl.SSLContext:
         """Made on first use: loading the system's CA store takes tens of milliseconds."""
@@ -572,6 +722,24 @@ class UpstreamClient:
             raise UpstreamFault(kind, str(exc)) from exc
         return protocol
 
+    def _done(self, conn: _Connection) -> None:
+        """The exchange on `conn` is over: its route's place, or its stream's, is free; a
+        connection that carried a stream counts among the others again."""
+        if conn.stream_due:
+            conn.stream_due = 0.0
+            self._open_ended_answers.discard(conn)
+        if conn.stream:
+            conn.stream = False
+            self._streams -= 1
+            self._open += 1  # then pooled, or discarded if the pool has no room for it
+            UPSTREAM_STREAMS.dec()
+        share = conn.share
+        if share is not None:
+            conn.share = None
+            share.busy -= 1
+            if share.waiters:
+                wake_first(share.waiters)
+
     def _release(self, origin: Origin, conn: _Connection, *, reusable: bool) -> None:
         if conn.total is not None:
             conn.total.cancel()
@@ -580,10 +748,20 @@ class UpstreamClient:
         if sender is not None and not sender.done():
             sender.cancel()  # the upstream answered before the body was sent: not reusable
             reusable = False
+        self._done(conn)
         protocol = conn.protocol
-        if reusable and not self._closed and protocol.is_connected() and not protocol.should_close:
+        if (
+            reusable
+            and not self._closed
+            and self._open <= self._limits.max_upstream_connections
+            and protocol.is_connected()
+            and not protocol.should_close
+        ):
             conn.idle_since = self._loop.time()
-            self._idle.setdefault(origin, deque()).append(conn)
+            idle = self._idle.get(origin)
+            if idle is None:  # not setdefault: that would make a deque per request
+                idle = self._idle[origin] = deque()
+            idle.append(conn)
             self._wake()
             return
         self._discard(conn)
@@ -593,6 +771,7 @@ class UpstreamClient:
             conn.total.cancel()
             conn.total = None
         conn.protocol.read_timeout = None  # the lazy timer, if armed, then stops by itself
+        self._done(conn)
         self._open -= 1
         self._wake()
         return conn.protocol
@@ -603,11 +782,8 @@ class UpstreamClient:
         self._wake()
 
     def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        if self._waiters:
+            wake_first(self._waiters)
 
     def _sweep(self) -> None:
         """Close connections idle past their limit: the upstream would close them soon, and
@@ -626,6 +802,8 @@ class UpstreamClient:
     async def close(self) -> None:
         self._closed = True
         self._sweeper.cancel()
+        if self._setting_apart is not None:
+            self._setting_apart.cancel()
         for idle in self._idle.values():
             while idle:
                 self._discard(idle.popleft())

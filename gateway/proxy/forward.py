@@ -46,6 +46,11 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
     upstream = await call_upstream(
         ctx, target, body, interim=functools.partial(relay_interim, request), upgrade=upgrade
     )
+    if isinstance(upstream, Refusal):  # nothing was sent: the gateway's own limit
+        refused = await refuse(ctx, upstream)
+        if body is not None and body.untouched:
+            refused.force_close()  # the client may still be sending the body nobody reads
+        return refused
     if isinstance(upstream, TransportKind):
         if body is not None and body.failure is not None:
             return await _body_failure(body.failure, ctx)

@@ -2,7 +2,8 @@
 
 No route (404), a request body over `limits.max_request_body_bytes` (413) or too slow (408)
 or, where the gateway reads it (MCP routes), in a coding it cannot undo (415),
-a request head over the size limits (431, 414) or malformed (400), the connection cap (503):
+a request head over the size limits (431, 414) or malformed (400), the connection cap (503),
+no upstream connection in time under the gateway's own limits on them (503):
 no upstream is asked, but the caller gets the same shapes as for any failure, through the
 one enrichment step (`gateway.enrich`, with the built-in rules of `classify.refusals`). In
 `original` mode, and whenever enrichment fails open, the answer is the short plain text it
@@ -46,6 +47,8 @@ PLAIN = {
     Refusal.BODY_TIMEOUT: "Request body not received in time\n",
     Refusal.UNDECODABLE_BODY: "Request body in a Content-Encoding the gateway cannot read\n",
     Refusal.OVERLOADED: "Gateway connection limit reached\n",
+    Refusal.ROUTE_CONNECTIONS: "Gateway upstream connection limit reached for this route\n",
+    Refusal.UPSTREAM_CONNECTIONS: "Gateway upstream connection limit reached\n",
 }
 """The plain-text answers of `original` mode (a refused request head keeps aiohttp's text)."""
 

@@ -13,15 +13,18 @@ import time
 import aiohttp
 from aiohttp import hdrs
 
-from gateway.failure import TransportKind
-from gateway.observe import observe_upstream
+from gateway.failure import Refusal, TransportKind
+from gateway.logs import Throttled
+from gateway.observe import count_pool_refusal, observe_upstream
 from gateway.proxy.body import RequestBody
 from gateway.proxy.client import Interim, ResponseDeadline, UpstreamFault, UpstreamResponse
 from gateway.proxy.context import RequestContext
 from gateway.proxy.headers import upstream_request_headers
+from gateway.proxy.shares import PoolFull
 from gateway.proxy.state import UPSTREAM
 
 log = logging.getLogger("mendpoint.upstream")
+POOL_WARNINGS = Throttled(log)
 
 
 def transport_kind(exc: BaseException) -> TransportKind:
@@ -53,9 +56,10 @@ async def call_upstream(
     *,
     interim: Interim | None = None,
     upgrade: str | None = None,
-) -> UpstreamResponse | TransportKind:
+) -> UpstreamResponse | TransportKind | Refusal:
     """Send the client's request to the route's upstream, exactly once; its response head,
-    or the transport fault that stopped it.
+    the transport fault that stopped it, or the refusal when the gateway's own connection
+    limits left no connection for it (nothing was sent: `pool_refusal`).
 
     HTTP forwarding and MCP routes both call the upstream here, so both get the forwarded
     headers, `limits.response_timeout_s` (a `ResponseDeadline` that starts once the request
@@ -98,7 +102,10 @@ async def call_upstream(
             deadline,
             idempotent=request.method in route.idempotent,
             interim=interim,
+            share=client.share(route.spec.name, route.spec.max_connections),
         )
+    except PoolFull as exc:
+        return pool_refusal(record.route, exc)
     except UPSTREAM_ERRORS as exc:
         return transport_kind(exc)
     if upstream.status < 200 and not (upgrade is not None and upstream.status == 101):
@@ -108,3 +115,18 @@ async def call_upstream(
     record.upstream_status = upstream.status
     observe_upstream(record.route, record.upstream_ms / 1000)
     return upstream
+
+
+def pool_refusal(route: str, exc: PoolFull) -> Refusal:
+    """The gateway's own limit, not the upstream, kept the request from being sent: say
+    which one to the operator (once a minute per limit) and count it."""
+    POOL_WARNINGS.warning(
+        exc.key,
+        "no upstream connection for route %s in time: the gateway's %s (%d) are all in use; "
+        "answered 503 (docs/transparency.md#fair-shares-of-the-pool)",
+        route,
+        exc.key,
+        exc.limit,
+    )
+    count_pool_refusal(route, exc.refusal)
+    return exc.refusal
