@@ -33,6 +33,7 @@ from gateway.observe import READY, RELOADS
 from gateway.proxy.aiohttp_private import server_handler_kwargs
 from gateway.proxy.client import UpstreamClient
 from gateway.proxy.protocol import (
+    AnyPathResource,
     AsteriskResource,
     GatewayProtocol,
     close_after_upgrade_request,
@@ -87,7 +88,7 @@ def build_app(
     mcp_runtime.install(app, loaded)
     app.cleanup_ctx.append(_upstream_client)
     app.on_cleanup.append(_close_resolver)
-    app.router.add_route("*", "/{tail:.*}", handle, expect_handler=expect)
+    app.router.register_resource(AnyPathResource(handle, expect))
     app.router.register_resource(AsteriskResource(handle, expect))  # OPTIONS *
     app.on_response_prepare.append(close_after_upgrade_request)
     return app

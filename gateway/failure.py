@@ -88,6 +88,7 @@ class Refusal(StrEnum):
     HEADERS_TOO_LARGE = "headers_too_large"
     TARGET_TOO_LONG = "target_too_long"
     MALFORMED = "malformed"
+    CONTROL_IN_PATH = "control_in_path"
     OVERLOADED = "overloaded"
     ROUTE_CONNECTIONS = "route_connections"
     UPSTREAM_CONNECTIONS = "upstream_connections"
@@ -105,6 +106,7 @@ _REFUSAL_STATUS = {
     Refusal.HEADERS_TOO_LARGE: 431,
     Refusal.TARGET_TOO_LONG: 414,
     Refusal.MALFORMED: 400,
+    Refusal.CONTROL_IN_PATH: 400,
     Refusal.OVERLOADED: 503,
     Refusal.ROUTE_CONNECTIONS: 503,
     Refusal.UPSTREAM_CONNECTIONS: 503,

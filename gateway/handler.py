@@ -17,7 +17,7 @@ from gateway.mcp.http_route import handle_mcp
 from gateway.observe import IN_FLIGHT, count_request
 from gateway.proxy.context import RequestContext, request_id_of
 from gateway.proxy.forward import forward, request_target
-from gateway.proxy.refusals import refuse, refuse_unrouted
+from gateway.proxy.refusals import path_refusal, refuse, refuse_unrouted
 from gateway.proxy.relay import send_continue
 from gateway.proxy.state import STATE, GatewayState
 from gateway.proxy.tracking import FOLLOWUP_BOOK, Watch
@@ -65,7 +65,11 @@ async def dispatch(
     request: web.Request, state: GatewayState, record: AccessRecord, target: str
 ) -> web.StreamResponse:
     """The route for the target and the data path for its type."""
-    route = state.routes.find(target.partition("?")[0])
+    raw_path = target.partition("?")[0]
+    refusal = path_refusal(raw_path, request.path)
+    if refusal is not None:
+        return await refuse_unrouted(request, state, record, refusal)
+    route = state.routes.find(raw_path)
     if route is None:
         return await refuse_unrouted(request, state, record)
     record.route = route.spec.name

@@ -129,6 +129,18 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
             message="The request is not valid HTTP/1.1",
             fix_required="Send a well-formed HTTP/1.1 request, then reissue",
         ),
+        # A control character decoded from the path (`%0d%0a`, `%00`): the parser refuses
+        # it raw, and an upstream that decodes the path would meet it in a header it writes
+        # (a Location, a log line) or a C string it ends.
+        Refusal.CONTROL_IN_PATH: ErrorSpec(
+            code="INVALID_PATH",
+            category=Category.VALIDATION_ERROR,
+            message="The request path holds a percent-encoded control character",
+            fix_required=(
+                "Remove the control character (%00-%1F, %7F, or one of U+0080-U+009F) from "
+                "the path; send such data in the query or the body, then reissue"
+            ),
+        ),
         # Refused before a byte of the request was read: nothing can have happened.
         Refusal.OVERLOADED: ErrorSpec(
             code="GATEWAY_OVERLOADED",

@@ -125,6 +125,51 @@ def head_error_status(exc: BaseException | None) -> int:
     return HTTPStatus.BAD_REQUEST
 
 
+class AnyPathResource(web.AbstractResource):
+    """Every origin-form target, whatever its method: the gateway has one handler and routes
+    on the raw target itself (`proxy.routes`).
+
+    aiohttp's own catch-all, `/{tail:.*}`, is a regular expression over the *decoded* path,
+    and `.` stops at a newline: `/ok%0a` matched nothing and aiohttp answered a plain 404
+    itself, with no request id and no access line. This resource matches without looking at
+    the path's characters, so every parsed request reaches the handler, which answers the
+    ones it refuses in its own shapes (docs/transparency.md#paths).
+    """
+
+    def __init__(self, handler: Handler, expect_handler: ExpectHandler) -> None:
+        super().__init__()
+        self._route = web.ResourceRoute(hdrs.METH_ANY, handler, self, expect_handler=expect_handler)
+
+    @property
+    def canonical(self) -> str:
+        return "/"  # indexed under "/", which aiohttp's router reaches for every path
+
+    def url_for(self, **kwargs: str) -> URL:
+        return URL.build(path="/", encoded=True)
+
+    def add_prefix(self, prefix: str) -> None:
+        raise RuntimeError("the gateway's catch-all cannot be prefixed")
+
+    def get_info(self) -> Any:  # aiohttp types it with a private TypedDict
+        return {"path": "/"}
+
+    def raw_match(self, path: str) -> bool:
+        return path == "/"
+
+    async def resolve(
+        self, request: web.Request
+    ) -> tuple[web.UrlMappingMatchInfo | None, set[str]]:
+        if not request.rel_url.raw_path.startswith("/"):
+            return None, set()  # `*` with another method than OPTIONS: not a request at all
+        return web.UrlMappingMatchInfo({}, self._route), {hdrs.METH_ANY}
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[web.ResourceRoute]:
+        return iter((self._route,))
+
+
 class AsteriskResource(web.AbstractResource):
     """`OPTIONS *` (RFC 9110 §9.3.7): a question about the server as a whole, in asterisk form.
 

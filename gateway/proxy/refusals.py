@@ -1,9 +1,10 @@
 """The gateway's own answers: a request it refuses itself, rendered like any other failure.
 
-No route (404), a request body over `limits.max_request_body_bytes` (413) or too slow (408)
-or, where the gateway reads it (MCP routes), in a coding it cannot undo (415),
-a request head over the size limits (431, 414) or malformed (400), the connection cap (503),
-no upstream connection in time under the gateway's own limits on them (503):
+No route (404), a path with an encoded control character (400), a request body over
+`limits.max_request_body_bytes` (413) or too slow (408) or, where the gateway reads it (MCP
+routes), in a coding it cannot undo (415), a request head over the size limits (431, 414)
+or malformed (400), the connection cap (503), no upstream connection in time under the
+gateway's own limits on them (503):
 no upstream is asked, but the caller gets the same shapes as for any failure, through the
 one enrichment step (`gateway.enrich`, with the built-in rules of `classify.refusals`). In
 `original` mode, and whenever enrichment fails open, the answer is the short plain text it
@@ -18,6 +19,7 @@ and a connection over the cap have no request to read a header from: `default_mo
 
 from __future__ import annotations
 
+import re
 import time
 from http import HTTPStatus
 
@@ -46,6 +48,7 @@ PLAIN = {
     Refusal.BODY_TOO_LARGE: "Request body too large\n",
     Refusal.BODY_TIMEOUT: "Request body not received in time\n",
     Refusal.UNDECODABLE_BODY: "Request body in a Content-Encoding the gateway cannot read\n",
+    Refusal.CONTROL_IN_PATH: "Request path with a control character\n",
     Refusal.OVERLOADED: "Gateway connection limit reached\n",
     Refusal.ROUTE_CONNECTIONS: "Gateway upstream connection limit reached for this route\n",
     Refusal.UPSTREAM_CONNECTIONS: "Gateway upstream connection limit reached\n",
@@ -61,16 +64,31 @@ async def refuse(ctx: RequestContext, refusal: Refusal) -> web.Response:
 
 
 async def refuse_unrouted(
-    request: web.Request, state: GatewayState, record: AccessRecord
+    request: web.Request,
+    state: GatewayState,
+    record: AccessRecord,
+    refusal: Refusal = Refusal.NO_ROUTE,
 ) -> web.Response:
-    """A path no route serves: `default_mode`, or the mode the request asks for."""
+    """A request refused before any route applies (a path no route serves, a path that is
+    no path): `default_mode`, or the mode the request asks for."""
     mode = asked_mode(state.loaded.config.default_mode, request.headers.get(ERROR_FORMAT))
     ctx = unrouted_context(mode, record.request_id, record.started, record)
-    obs = Observation(
-        route=NO_ROUTE, method=request.method, path=request.path, refusal=Refusal.NO_ROUTE
-    )
+    obs = Observation(route=NO_ROUTE, method=request.method, path=request.path, refusal=refusal)
     rendering = await state.enricher.response(obs, ctx)
-    return own_answer(Refusal.NO_ROUTE, record.request_id, rendering, PLAIN[Refusal.NO_ROUTE])
+    return own_answer(refusal, record.request_id, rendering, PLAIN[refusal])
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Unicode's control characters (category Cc): C0, DEL and C1."""
+
+
+def path_refusal(raw_path: str, path: str) -> Refusal | None:
+    """`CONTROL_IN_PATH` when the decoded `path` holds a control character. The parser
+    refuses them raw, so any found here was percent-encoded (`/ok%0d%0a`). A path without
+    a `%` costs one substring test."""
+    if "%" in raw_path and _CONTROL.search(path) is not None:
+        return Refusal.CONTROL_IN_PATH
+    return None
 
 
 def refused_head(state: GatewayState, refusal: Refusal, text: str) -> web.Response | None:

@@ -8,6 +8,8 @@ and too many header fields get 431, an over-long target 414, and nothing reaches
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 
 import pytest
@@ -84,6 +86,66 @@ async def test_target_never_changes_the_upstream(
     assert reply.status == 200
     assert [path for path, _ in recorder.seen] == [expected]
     assert recorder.last["Host"] == URL(base).raw_authority
+
+
+# --- control characters decoded from the path --------------------------------------------
+
+ENCODED_CONTROLS = {
+    "crlf-header-injection": "/ok%0d%0aSet-Cookie:%20session=evil",
+    "lf": "/ok%0a",
+    "lf-upper-case": "/ok%0A/more",
+    "cr": "/ok%0D",
+    "nul-truncation": "/files/report.pdf%00.txt",
+    "del": "/ok%7f",
+    "c1-next-line": "/ok%c2%85",
+    "in-a-middle-segment": "/api/%0a/x",
+}
+
+
+@pytest.mark.parametrize("target", list(ENCODED_CONTROLS.values()), ids=list(ENCODED_CONTROLS))
+async def test_an_encoded_control_character_in_the_path_is_the_gateways_400(
+    target: str,
+    recorded: tuple[Recorder, RunningGateway, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before, `/ok%0a` got aiohttp's plain 404 (its catch-all regex stopped at the decoded
+    newline: no request id, no access line) and `/ok%00` went to the upstream. Now each is
+    refused by the gateway in its own shape, logged, and never forwarded
+    (docs/transparency.md#paths)."""
+    recorder, gateway, _ = recorded
+    caplog.set_level(logging.INFO, logger="mendpoint.access")
+    reply = await send_raw(gateway, request("", target))
+    assert reply.status == 400
+    assert recorder.seen == []
+    request_id = reply.headers["X-Request-Id"]
+    assert reply.headers["X-Error-Code"] == "INVALID_PATH"
+    assert json.loads(reply.body)["error"]["request_id"] == request_id
+    assert "Set-Cookie" not in reply.headers
+    lines = [r.__dict__["fields"] for r in caplog.records if r.name == "mendpoint.access"]
+    assert [(line["request_id"], line["status"], line["route"]) for line in lines] == [
+        (request_id, 400, "-")
+    ]
+
+
+QUERY_AND_ESCAPES = {
+    "lf-in-the-query": "/ok?note=line%0Aline",
+    "nul-in-the-query": "/ok?q=%00",
+    "an-encoded-percent": "/ok%250a",
+    "utf8-letters": "/caf%C3%A9",
+}
+
+
+@pytest.mark.parametrize("target", list(QUERY_AND_ESCAPES.values()), ids=list(QUERY_AND_ESCAPES))
+async def test_controls_in_the_query_and_other_escapes_pass_as_sent(
+    target: str, recorded: tuple[Recorder, RunningGateway, str]
+) -> None:
+    """A query carries data, a newline in a search box included: the same bytes reach the
+    upstream directly and through the gateway."""
+    recorder, gateway, base = recorded
+    direct = await exchange_raw(base, request("", target), timeout_s=5)
+    through = await send_raw(gateway, request("", target))
+    assert direct.status == through.status == 200
+    assert [path for path, _ in recorder.seen] == [target, target]
 
 
 # --- Connection-named headers -------------------------------------------------------------
