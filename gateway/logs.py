@@ -19,17 +19,28 @@ ACCESS = logging.getLogger("mendpoint.access")
 LogFormat = Literal["json", "text"]
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line; structured fields ride in `record.fields`."""
+class _StampedFormatter(logging.Formatter):
+    """The UTC timestamp both formats begin with, formatted once per second."""
 
     def __init__(self) -> None:
         super().__init__()
         self._second = -1
         self._second_text = ""
 
+    def _stamp(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._second_text}.{int(record.msecs):03d}Z"
+
+
+class JsonFormatter(_StampedFormatter):
+    """One JSON object per line; structured fields ride in `record.fields`."""
+
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
-            "ts": f"{self._timestamp(int(record.created))}.{int(record.msecs):03d}Z",
+            "ts": self._stamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -41,12 +52,43 @@ class JsonFormatter(logging.Formatter):
             payload["exc"] = self.formatException(record.exc_info)
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
 
-    def _timestamp(self, second: int) -> str:
-        """The UTC second as text, formatted once per second rather than once per line."""
-        if second != self._second:
-            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return self._second_text
+
+class TextFormatter(_StampedFormatter):
+    """`TS LEVEL logger: message key=value …`, for a person reading a terminal.
+
+    The structured fields follow the message as `key=value` pairs (logfmt), in the order the
+    JSON line has them; a field that is null there is left out. A value goes bare when it is
+    printable text without a space, quote, `=` or backslash, and JSON-quoted otherwise, with
+    every control character escaped: a field value comes from a request (a path with a
+    decoded `%0A`), and must not start a line that looks like another record.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{self._stamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            pairs = [f"{key}={logfmt_value(v)}" for key, v in fields.items() if v is not None]
+            if pairs:
+                line = " ".join((line, *pairs))
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+_NEEDS_QUOTES = frozenset(' "=\\')
+
+
+def logfmt_value(value: object) -> str:
+    """One field value as logfmt writes it: bare where that is unambiguous, else quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if not isinstance(value, str):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    if value and value.isprintable() and _NEEDS_QUOTES.isdisjoint(value):
+        return value
+    return json.dumps(value)  # ASCII only: no control, line or paragraph separator survives
 
 
 def setup_logging(level: str, fmt: LogFormat, access: bool) -> None:
@@ -63,10 +105,7 @@ def setup_logging(level: str, fmt: LogFormat, access: bool) -> None:
     if sys.version_info >= (3, 12):
         logging.logAsyncioTasks = False  # current_task() per record
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
