@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from enum import StrEnum
+from typing import Literal
 
 from prometheus_client import (
     CollectorRegistry,
@@ -191,6 +192,14 @@ UNTRUSTED_IDENTITY = Counter(
     "mendpoint_untrusted_identity_headers_total",
     "Caller identity headers (callers.source: trusted_header) sent by a peer outside "
     "trusted_proxies and ignored: the caller was treated as anonymous",
+    registry=REGISTRY,
+)
+IdentitySource = Literal["api_key", "trusted_header"]
+AMBIGUOUS_IDENTITY = Counter(
+    "mendpoint_ambiguous_identity_total",
+    "Requests whose identity header came more than once (or, for a caller name, with a "
+    "comma: two names combined), by callers.source: the caller was treated as anonymous",
+    ["source"],
     registry=REGISTRY,
 )
 RESOLVER_AUTH_FAILURES = Counter(
@@ -458,11 +467,13 @@ MAX_REPORTED_PEERS = 4096
 
 
 class SpoofReporter:
-    """Counts identity headers ignored from untrusted peers; logs each peer once per interval.
+    """Counts identity claims the gateway did not believe; logs each peer once per interval.
 
-    A client probing with spoofed `X-Caller` headers would otherwise fill the log one line per
-    request. At most `MAX_REPORTED_PEERS` peers are remembered; past that, entries older than
-    the interval are forgotten, and if none are, the peer is counted but not logged.
+    Two kinds: caller headers from a peer outside `trusted_proxies` (`untrusted`), and an
+    identity sent twice, so that which one counts would be a guess (`ambiguous`). A client
+    probing with either would otherwise fill the log one line per request. At most
+    `MAX_REPORTED_PEERS` peers are remembered per kind; past that, entries older than the
+    interval are forgotten, and if none are, the peer is counted but not logged.
     """
 
     def __init__(self, interval_s: float = 60.0) -> None:
@@ -472,20 +483,38 @@ class SpoofReporter:
     def report(self, peer: str | None, header: str) -> None:
         UNTRUSTED_IDENTITY.inc()
         key = peer or "unknown"
+        if self._due(key):
+            identity_log.warning(
+                "ignored %s from %s: it is not in trusted_proxies, so the caller is anonymous "
+                "(logged once per peer per %.0f s; see docs/security.md)",
+                header,
+                key,
+                self._interval_s,
+            )
+
+    def ambiguous(self, peer: str | None, header: str, source: IdentitySource) -> None:
+        AMBIGUOUS_IDENTITY.labels(source=source).inc()
+        key = peer or "unknown"
+        if self._due("ambiguous " + key):
+            identity_log.warning(
+                "%s came more than once (or with a comma in a name) from %s: which one is "
+                "meant is a guess, so the caller is anonymous (logged once per peer per %.0f "
+                "s; see docs/security.md)",
+                header,
+                key,
+                self._interval_s,
+            )
+
+    def _due(self, key: str) -> bool:
+        """True when `key` was not logged within the interval (and is remembered now)."""
         now = time.monotonic()
         last = self._last_logged.get(key)
         if last is not None and now - last < self._interval_s:
-            return
+            return False
         if last is None and len(self._last_logged) >= MAX_REPORTED_PEERS:
             cutoff = now - self._interval_s
             self._last_logged = {p: t for p, t in self._last_logged.items() if t > cutoff}
             if len(self._last_logged) >= MAX_REPORTED_PEERS:
-                return
+                return False
         self._last_logged[key] = now
-        identity_log.warning(
-            "ignored %s from %s: it is not in trusted_proxies, so the caller is anonymous "
-            "(logged once per peer per %.0f s; see docs/security.md)",
-            header,
-            key,
-            self._interval_s,
-        )
+        return True

@@ -7,7 +7,8 @@ caller has no scopes. The key itself is hashed on arrival and never stored, logg
 A trusted header is believed only from a peer in `trusted_proxies` (gateway.trust): a client
 that reaches the gateway directly could otherwise name itself and grant itself scopes. From
 any other peer the caller is anonymous, and the attempt is counted and logged
-(`SpoofReporter`; docs/security.md).
+(`SpoofReporter`; docs/security.md). An identity header that comes twice is ambiguous, from
+any peer: the caller is anonymous, and that too is counted and logged.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from multidict import MultiMapping
 
 from gateway.config.models import CallersSpec
 from gateway.observe import SpoofReporter
@@ -61,27 +64,44 @@ class CallerDirectory:
         return None
 
     def identify(
-        self, headers: Mapping[str, str], *, peer: str | None = None, trusted: bool = False
+        self, headers: MultiMapping[str], *, peer: str | None = None, trusted: bool = False
     ) -> Caller:
         """The caller of a request; `trusted` says its peer is in `trusted_proxies`."""
         if self.source == "none":
             return ANONYMOUS
-        value = headers.get(self.header)
         if self.source == "api_key":
-            return self.by_digest.get(key_digest(value), ANONYMOUS) if value else ANONYMOUS
+            keys = headers.getall(self.header, ())
+            if len(keys) > 1:
+                self.spoofs.ambiguous(peer, self.header, "api_key")
+                return ANONYMOUS
+            return self.by_digest.get(key_digest(keys[0]), ANONYMOUS) if keys else ANONYMOUS
         if not trusted:
             sent = [h for h in (self.header, self.scopes_header) if h and h in headers]
             if sent:
                 self.spoofs.report(peer, " and ".join(sent))
             return ANONYMOUS
-        if not value:
+        return self._trusted_caller(headers, peer)
+
+    def _trusted_caller(self, headers: MultiMapping[str], peer: str | None) -> Caller:
+        """The caller an auth layer in front names. An auth layer that *appends* its header
+        to the client's (rather than replacing it) sends two: believing either one lets the
+        client's claim win when it comes first. So a name or scopes header sent twice, or a
+        name with a comma (two lines combined into one, RFC 9110 §5.3), names nobody."""
+        names = headers.getall(self.header, ())
+        grants = headers.getall(self.scopes_header, ()) if self.scopes_header else []
+        ambiguous = [self.header] if len(names) > 1 or (names and "," in names[0]) else []
+        if self.scopes_header is not None and len(grants) > 1:
+            ambiguous.append(self.scopes_header)
+        if ambiguous:
+            self.spoofs.ambiguous(peer, " and ".join(ambiguous), "trusted_header")
             return ANONYMOUS
-        name = value.strip()
+        name = names[0].strip() if names else ""
+        if not name:
+            return ANONYMOUS
         known = self.principals.get(name, Caller(name, frozenset()))
-        if self.scopes_header is None:
+        if not grants:
             return known
-        granted = headers.get(self.scopes_header, "")
-        extra = frozenset(s for s in granted.replace(",", " ").split() if s)
+        extra = frozenset(s for s in grants[0].replace(",", " ").split() if s)
         return Caller(name, known.scopes | extra)
 
 

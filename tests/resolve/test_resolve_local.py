@@ -7,6 +7,7 @@ import hashlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from multidict import CIMultiDict
 
 from gateway.config.models import CallersSpec, SkillSpec
 from gateway.failure import NO_RECOVERY, Category
@@ -87,9 +88,9 @@ def test_api_key_callers_are_matched_by_hash_only() -> None:
         }
     )
     directory = CallerDirectory.build(spec)
-    assert directory.identify({"X-Api-Key": "k-a"}).scopes == frozenset({"data:read"})
-    assert directory.identify({"X-Api-Key": "k-b"}) is ANONYMOUS
-    assert directory.identify({}) is ANONYMOUS
+    assert directory.identify(CIMultiDict({"X-Api-Key": "k-a"})).scopes == frozenset({"data:read"})
+    assert directory.identify(CIMultiDict({"X-Api-Key": "k-b"})) is ANONYMOUS
+    assert directory.identify(CIMultiDict()) is ANONYMOUS
     assert "k-a" not in repr(directory)
     assert key_digest("k-a") == hashlib.sha256(b"k-a").hexdigest()
 
@@ -104,11 +105,13 @@ def test_trusted_header_callers() -> None:
         }
     )
     directory = CallerDirectory.build(spec)
-    sent = {"X-Caller": "svc-a", "X-Caller-Scopes": "data:write, x"}
+    sent = CIMultiDict({"X-Caller": "svc-a", "X-Caller-Scopes": "data:write, x"})
     caller = directory.identify(sent, peer="10.0.0.5", trusted=True)
     assert caller.name == "svc-a"
     assert caller.scopes == frozenset({"data:read", "data:write", "x"})
-    stranger = directory.identify({"X-Caller": "stranger"}, peer="10.0.0.5", trusted=True)
+    stranger = directory.identify(
+        CIMultiDict({"X-Caller": "stranger"}), peer="10.0.0.5", trusted=True
+    )
     assert stranger.scopes == frozenset()
     # The same headers from a peer outside trusted_proxies name nobody.
     assert directory.identify(sent, peer="10.9.9.9", trusted=False) is ANONYMOUS

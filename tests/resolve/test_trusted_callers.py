@@ -8,12 +8,14 @@ holders may see; the same headers from the auth layer in `trusted_proxies` are b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from typing import Any
 
 import aiohttp
 import pytest
+from multidict import CIMultiDict
 
 from gateway.observe import REGISTRY, SpoofReporter
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
@@ -45,11 +47,14 @@ def config(upstream: str) -> dict[str, Any]:
     }
 
 
-async def options_for(gateway: RunningGateway, source: str, headers: dict[str, str]) -> list[str]:
+Headers = dict[str, str] | list[tuple[str, str]]
+
+
+async def options_for(gateway: RunningGateway, source: str, headers: Headers) -> list[str]:
     connector = aiohttp.TCPConnector(local_addr=(source, 0))
     async with (
         aiohttp.ClientSession(connector=connector) as session,
-        session.post(gateway.url + "/v1/csv", headers=headers) as response,
+        session.post(gateway.url + "/v1/csv", headers=CIMultiDict(headers)) as response,
     ):
         assert response.status == 400
         body = json.loads(await response.read())
@@ -58,6 +63,11 @@ async def options_for(gateway: RunningGateway, source: str, headers: dict[str, s
 
 def spoofs_counted() -> float:
     return REGISTRY.get_sample_value(METRIC) or 0.0
+
+
+def ambiguous_counted(source: str) -> float:
+    sample = REGISTRY.get_sample_value("mendpoint_ambiguous_identity_total", {"source": source})
+    return sample or 0.0
 
 
 @pytest.fixture
@@ -104,3 +114,60 @@ def test_each_peer_is_logged_once_per_interval(caplog: pytest.LogCaptureFixture)
     assert minute_lines == 2
     assert len(caplog.records) - minute_lines == 3
     assert spoofs_counted() - before == 7
+
+
+# An auth layer that appends its header to the client's, instead of replacing it: the
+# client's claim comes first. First-wins believed it (the secret skill was offered).
+AMBIGUOUS: dict[str, list[tuple[str, str]]] = {
+    "caller-twice": [("X-Caller", "anyone"), ("X-Caller", "alice"), ("X-Scopes", "admin:secret")],
+    "scopes-twice": [("X-Caller", "alice"), ("X-Scopes", "admin:secret"), ("X-Scopes", "read")],
+    "caller-lines-combined": [("X-Caller", "anyone, alice"), ("X-Scopes", "admin:secret")],
+}
+
+
+@pytest.mark.parametrize("headers", list(AMBIGUOUS.values()), ids=list(AMBIGUOUS))
+async def test_an_identity_sent_twice_by_a_trusted_proxy_names_nobody(
+    headers: list[tuple[str, str]], gateway: RunningGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = ambiguous_counted("trusted_header")
+    with caplog.at_level(logging.WARNING, logger="mendpoint.callers"):
+        assert await options_for(gateway, TRUSTED_PEER, headers) == []
+        assert await options_for(gateway, TRUSTED_PEER, headers) == []
+    assert ambiguous_counted("trusted_header") - before == 2
+    logged = [r.getMessage() for r in caplog.records if r.name == "mendpoint.callers"]
+    assert len(logged) == 1 and TRUSTED_PEER in logged[0]
+    assert "admin:secret" not in logged[0] and "anyone" not in logged[0]
+    # One of each is still believed.
+    assert await options_for(gateway, TRUSTED_PEER, SPOOF) == [SECRET_SKILL]
+
+
+def api_key_config(upstream: str) -> dict[str, Any]:
+    data = config(upstream)
+    del data["trusted_proxies"]
+    digest = hashlib.sha256(b"k-admin-0123456789").hexdigest()
+    data["callers"] = {
+        "source": "api_key",
+        "header": "X-Api-Key",
+        "keys": [{"name": "admin", "key": f"sha256:{digest}", "scopes": ["admin:secret"]}],
+    }
+    return data
+
+
+API_KEYS: dict[str, list[tuple[str, str]]] = {
+    "the-same-key-twice": [("X-Api-Key", "k-admin-0123456789")] * 2,
+    "a-wrong-key-first": [("X-Api-Key", "k-wrong"), ("X-Api-Key", "k-admin-0123456789")],
+    "a-wrong-key-second": [("X-Api-Key", "k-admin-0123456789"), ("X-Api-Key", "k-wrong")],
+}
+
+
+@pytest.mark.parametrize("headers", list(API_KEYS.values()), ids=list(API_KEYS))
+async def test_an_api_key_sent_twice_names_nobody(
+    headers: list[tuple[str, str]], start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    gateway = await start_gateway(api_key_config(await start_upstream(csv_failing_upstream())))
+    before = ambiguous_counted("api_key")
+    assert await options_for(gateway, UNTRUSTED_PEER, headers) == []
+    assert ambiguous_counted("api_key") - before == 1
+    assert await options_for(gateway, UNTRUSTED_PEER, headers[:1]) == (
+        [SECRET_SKILL] if headers[0][1] == "k-admin-0123456789" else []
+    )
