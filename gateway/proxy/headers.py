@@ -6,8 +6,9 @@ upstream who really called. From a trusted proxy (`trusted_proxies`, gateway.tru
 kept and appended to: `X-Forwarded-For` gains the peer, `Forwarded` gains this hop's element,
 and the others pass as the proxy set them. From anyone else they are the client's own claims:
 `X-Forwarded-For` is appended to, `X-Forwarded-Host`/`-Proto` and `Forwarded` are replaced,
-and `X-Forwarded-Port`/`-Prefix`, `X-Real-IP` and `True-Client-IP` are dropped
-(docs/security.md).
+and the rest (`TRUSTED_ONLY`: other client-address claims such as `X-Real-IP` or
+`CF-Connecting-IP`, `X-Forwarded-Port`/`-Prefix`, and URL overrides such as
+`X-Original-URL`) are dropped (docs/security.md).
 """
 
 from __future__ import annotations
@@ -37,9 +38,44 @@ VIA = "1.1 mendpoint"
 REPLACED_ON_REQUEST = frozenset(
     {"host", "x-forwarded-host", "x-forwarded-proto", "forwarded", REQUEST_ID.lower()}
 )
-# Claims about the original client that only a trusted proxy may make and the gateway does
-# not set itself: passed from a trusted proxy, dropped from anyone else.
-TRUSTED_ONLY = frozenset({"x-forwarded-port", "x-forwarded-prefix", "x-real-ip", "true-client-ip"})
+# Claims about the original client and its request that only a trusted proxy may make and
+# the gateway does not set itself: passed from a trusted proxy, dropped from anyone else
+# (docs/security.md#forwarding-headers).
+CLIENT_ADDRESS_CLAIMS = frozenset(
+    {
+        # Read by client-address resolvers (request-ip for Node, and the like) before, or
+        # instead of, X-Forwarded-For: a client that sets one picks its own address.
+        "x-real-ip",
+        "true-client-ip",
+        "x-client-ip",
+        "cf-connecting-ip",
+        "fastly-client-ip",
+        "x-cluster-client-ip",
+        "x-appengine-user-ip",
+        "cf-pseudo-ipv4",
+        "x-forwarded",
+        "forwarded-for",
+        "x-original-forwarded-for",
+    }
+)
+CONNECTION_CLAIMS = frozenset(
+    {
+        "x-forwarded-port",
+        "x-forwarded-prefix",
+        "x-forwarded-server",
+        "x-forwarded-scheme",  # Rack's scheme, beside X-Forwarded-Proto
+        "x-forwarded-ssl",  # Rack: `on` makes the request https
+    }
+)
+# The URL the client "really" asked for, which the application then routes on in place of
+# the request line: Symfony and Laravel before 2018 (CVE-2018-14773), Zend, IIS URL Rewrite
+# (X-Original-URL, X-Rewrite-URL), nginx's auth_request convention and forward-auth servers
+# (X-Original-URI, X-Forwarded-Uri, X-Forwarded-Method). From a client they reach a path the
+# route table never allowed.
+REQUEST_OVERRIDE_CLAIMS = frozenset(
+    {"x-original-url", "x-rewrite-url", "x-original-uri", "x-forwarded-uri", "x-forwarded-method"}
+)
+TRUSTED_ONLY = CLIENT_ADDRESS_CLAIMS | CONNECTION_CLAIMS | REQUEST_OVERRIDE_CLAIMS
 # Underscore policy. CGI, WSGI, PHP and Rack read both `X-Forwarded-For` and `X_Forwarded_For`
 # as HTTP_X_FORWARDED_FOR, so an underscore spelling of a header the gateway sets or strips
 # could override what the gateway vouches for. Those spellings are dropped; any other header

@@ -99,8 +99,52 @@ CLAIMS = {
         ("Forwarded", "for=203.0.113.7;proto=https"),
         ("Forwarded", "for=198.51.100.1, for=10.1.1.1"),
     ],
+    # Client-address claims that address resolvers read before X-Forwarded-For, and URL
+    # overrides that Symfony, Laravel, Zend and IIS routed on in place of the request line.
+    "address-and-url-overrides": [
+        ("X-Client-IP", "203.0.113.7"),
+        ("CF-Connecting-IP", "203.0.113.7"),
+        ("Fastly-Client-IP", "203.0.113.7"),
+        ("X-Cluster-Client-IP", "203.0.113.7"),
+        ("X-AppEngine-User-IP", "203.0.113.7"),
+        ("CF-Pseudo-IPv4", "203.0.113.7"),
+        ("X-Forwarded", "for=203.0.113.7"),
+        ("Forwarded-For", "203.0.113.7"),
+        ("X-Original-Forwarded-For", "203.0.113.7"),
+        ("X-Original-URL", "/admin/users"),
+        ("X-Rewrite-URL", "/admin/users"),
+        ("X-Original-URI", "/admin/users"),
+        ("X-Forwarded-Uri", "/admin/users"),
+        ("X-Forwarded-Method", "DELETE"),
+        ("X-Forwarded-Server", "internal.example"),
+        ("X-Forwarded-Scheme", "https"),
+        ("X-Forwarded-Ssl", "on"),
+        ("X-Kept", "an end-to-end header passes"),
+    ],
 }
-TRUSTED_ONLY = {"x-forwarded-port", "x-forwarded-prefix", "x-real-ip", "true-client-ip"}
+TRUSTED_ONLY = {
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-cluster-client-ip",
+    "x-appengine-user-ip",
+    "cf-pseudo-ipv4",
+    "x-forwarded",
+    "forwarded-for",
+    "x-original-forwarded-for",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-original-uri",
+    "x-forwarded-uri",
+    "x-forwarded-method",
+    "x-forwarded-server",
+    "x-forwarded-scheme",
+    "x-forwarded-ssl",
+}
 
 
 @pytest.fixture
