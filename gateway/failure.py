@@ -89,6 +89,7 @@ class Refusal(StrEnum):
     TARGET_TOO_LONG = "target_too_long"
     MALFORMED = "malformed"
     CONTROL_IN_PATH = "control_in_path"
+    VERSION_NOT_SUPPORTED = "version_not_supported"
     OVERLOADED = "overloaded"
     ROUTE_CONNECTIONS = "route_connections"
     UPSTREAM_CONNECTIONS = "upstream_connections"
@@ -107,6 +108,7 @@ _REFUSAL_STATUS = {
     Refusal.TARGET_TOO_LONG: 414,
     Refusal.MALFORMED: 400,
     Refusal.CONTROL_IN_PATH: 400,
+    Refusal.VERSION_NOT_SUPPORTED: 505,
     Refusal.OVERLOADED: 503,
     Refusal.ROUTE_CONNECTIONS: 503,
     Refusal.UPSTREAM_CONNECTIONS: 503,

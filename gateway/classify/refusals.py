@@ -141,6 +141,18 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
                 "the path; send such data in the query or the body, then reissue"
             ),
         ),
+        # HTTP/2.0 on an HTTP/1 connection, HTTP/0.9 (a request line without a version),
+        # HTTP/3.0: the gateway speaks HTTP/1.0 and HTTP/1.1 here (RFC 9110 §15.6.6).
+        Refusal.VERSION_NOT_SUPPORTED: ErrorSpec(
+            code="HTTP_VERSION_NOT_SUPPORTED",
+            category=Category.VALIDATION_ERROR,
+            message="The request's HTTP version is not one this gateway speaks",
+            fix_required=(
+                "Send the request as HTTP/1.1, with a request line METHOD TARGET HTTP/1.1 "
+                "(HTTP/1.0 is served too; HTTP/2 needs a connection that negotiated it), "
+                "then reissue"
+            ),
+        ),
         # Refused before a byte of the request was read: nothing can have happened.
         Refusal.OVERLOADED: ErrorSpec(
             code="GATEWAY_OVERLOADED",

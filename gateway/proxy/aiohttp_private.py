@@ -26,6 +26,14 @@ The names, by what needs them:
   overrides `UnixConnector._create_connection` and reads `_loop` and `_factory`: uvloop's
   `create_unix_connection` refuses a path in Linux's abstract namespace (EINVAL), where
   the workers' sockets are, but takes a socket already connected to one.
+- `check_request_heads` wraps `RequestHandler._parser`, the connection's request parser,
+  and answers a head it refuses with aiohttp's `web_protocol._ErrInfo`, the value aiohttp
+  itself queues for a head its parser rejected. llhttp accepts some heads the gateway must
+  not serve (`HTTP/2.0` or no version on an HTTP/1 connection, `Transfer-Encoding` on
+  HTTP/1.0 or with a coding before `chunked`), and by the time aiohttp's request handler
+  runs, the body has been de-chunked and the answer's status line would repeat the client's
+  version. Refused in the parser's place, such a head takes the path of every other
+  malformed request (`GatewayProtocol.handle_error`): the gateway's answer, then close.
 - `server_handler_kwargs` reads `web.Server._kwargs`, the request-handler settings aiohttp's
   `Server.__call__` passes to each `RequestHandler`. The gateway builds its own handler
   (`GatewayProtocol`, precise 414/431 statuses) with the same settings.
@@ -35,12 +43,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import hdrs, web
 from aiohttp.client_exceptions import UnixClientConnectorError
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import HttpParser, RawRequestMessage
+from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 
 class LazyReadTimeoutProtocol(ResponseHandler):
@@ -144,6 +157,49 @@ class SiblingConnector(aiohttp.UnixConnector):
         return protocol
 
 
+HeadCheck = Callable[[RawRequestMessage], tuple[int, HttpProcessingError] | None]
+"""A request head → None to serve it, else the status and error to refuse it with."""
+
+
+class _CheckedParser:
+    """A connection's request parser with `check` on every head it parses.
+
+    The first head refused ends the parsing: the requests before it are served, it gets
+    `check`'s answer, and nothing after it is read (the answer closes the connection).
+    """
+
+    __slots__ = ("_check", "_parser", "_refused")
+
+    def __init__(self, parser: Any, check: HeadCheck) -> None:
+        self._parser = parser
+        self._check = check
+        self._refused = False
+
+    def feed_data(self, data: bytes) -> tuple[list[Any], bool, bytes]:
+        if self._refused:
+            return [], False, b""
+        messages, upgraded, tail = self._parser.feed_data(data)
+        check = self._check
+        for index, (message, _) in enumerate(messages):
+            refusal = check(message) if isinstance(message, RawRequestMessage) else None
+            if refusal is not None:
+                self._refused = True
+                status, exc = refusal
+                answer = (_ErrInfo(status=status, exc=exc, message=exc.message), EMPTY_PAYLOAD)
+                return [*messages[:index], answer], False, b""
+        return messages, upgraded, tail
+
+    def __getattr__(self, name: str) -> Any:  # message_consumed, set_upgraded, feed_eof, …
+        return getattr(self._parser, name)
+
+
+def check_request_heads(handler: RequestHandler, check: HeadCheck) -> None:
+    """Refuse the request heads `check` refuses as aiohttp refuses a malformed one."""
+    # A stand-in with the parser's interface (feed_data, and the rest passed through): aiohttp
+    # calls it only through those names, so the cast states what it is used as.
+    handler._parser = cast("HttpParser[Any]", _CheckedParser(handler._parser, check))
+
+
 def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
     """The settings `server()` would build each `RequestHandler` with (limits, access log, …).
 
@@ -155,9 +211,11 @@ def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
 
 
 __all__ = [
+    "HeadCheck",
     "LazyReadTimeoutProtocol",
     "OneWriteResponse",
     "RelayResponse",
     "SiblingConnector",
+    "check_request_heads",
     "server_handler_kwargs",
 ]

@@ -17,17 +17,20 @@ Two gaps, both in how a connection ends rather than in how a request is forwarde
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from http import HTTPStatus
 from typing import Any
 
-from aiohttp import hdrs, web
+from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
+from aiohttp.http_parser import RawRequestMessage
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from gateway.failure import Refusal
 from gateway.logs import Throttled
+from gateway.proxy.aiohttp_private import check_request_heads
 from gateway.proxy.refusals import refused_head
 from gateway.proxy.state import StateHolder
 
@@ -61,6 +64,7 @@ class GatewayProtocol(RequestHandler):
         super().__init__(manager, **kwargs)
         self._state = state
         self._on_lost = on_lost
+        check_request_heads(self, head_refusal)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         on_lost, self._on_lost = self._on_lost, None
@@ -106,11 +110,55 @@ HEAD_REFUSALS = {
     HTTPStatus.BAD_REQUEST: Refusal.MALFORMED,
     HTTPStatus.REQUEST_URI_TOO_LONG: Refusal.TARGET_TOO_LONG,
     431: Refusal.HEADERS_TOO_LARGE,
+    HTTPStatus.HTTP_VERSION_NOT_SUPPORTED: Refusal.VERSION_NOT_SUPPORTED,
 }
 
 
+class VersionNotSupported(HttpProcessingError):
+    """A request in a major version of HTTP other than 1 (RFC 9110 §15.6.6)."""
+
+    code = HTTPStatus.HTTP_VERSION_NOT_SUPPORTED
+    message = "HTTP Version Not Supported"
+
+
+def head_refusal(message: RawRequestMessage) -> tuple[int, HttpProcessingError] | None:
+    """What llhttp parses but the gateway must not serve, refused before it is handled.
+
+    - A major version other than 1: `HTTP/2.0` (llhttp knows it for the h2 preface), and
+      `HTTP/0.9`, which a request line without a version is. aiohttp would answer in the
+      client's version (`HTTP/0.9 200 OK` with headers, `HTTP/2.0 200 OK` on an HTTP/1
+      connection). 505: the gateway speaks HTTP/1.0 and HTTP/1.1 (RFC 9110 §15.6.6).
+    - `Transfer-Encoding` on HTTP/1.0, which RFC 9112 §6.1 makes faulty framing (an HTTP/1.0
+      hop before it would not have de-chunked it), and any transfer coding besides
+      `chunked`: the gateway undoes only chunked, and the upstream would take the
+      still-coded bytes for the body (`gzip, chunked`). 400, as for every other framing
+      the gateway does not trust (docs/security.md#guarantees-and-the-tests-that-hold-them).
+
+    An HTTP/1.1 head without a chunked body costs a tuple comparison and a flag test.
+    """
+    version = message.version
+    if version != HttpVersion11:
+        if version.major != 1:
+            return HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, VersionNotSupported()
+        if message.chunked:
+            return HTTPStatus.BAD_REQUEST, BadHttpMessage(TE_ON_HTTP10)
+    if message.chunked:
+        codings = ",".join(message.headers.getall(hdrs.TRANSFER_ENCODING, ())).split(",")
+        if [coding.strip().lower() for coding in codings] != ["chunked"]:
+            return HTTPStatus.BAD_REQUEST, BadHttpMessage(TE_NOT_CHUNKED)
+    return None
+
+
+TE_ON_HTTP10 = "Transfer-Encoding in an HTTP/1.0 request"
+TE_NOT_CHUNKED = "Transfer-Encoding other than chunked alone"
+# llhttp's refusal of a version it does not parse (HTTP/3.0, HTTP/1.2): its message quotes
+# the request line, whose version says whether the major (505) or the syntax (400) is wrong.
+_BAD_VERSION = re.compile(r"Invalid HTTP version.*HTTP/(\d)\.\d", re.DOTALL)
+
+
 def head_error_status(exc: BaseException | None) -> int:
-    """414 for a request target over `max_line_bytes`, 431 for header limits, else 400."""
+    """414 for a request target over `max_line_bytes`, 431 for header limits, 505 for a major
+    version other than 1, else 400."""
     if isinstance(exc, LineTooLong):
         line = exc.args[0] if exc.args else b""
         if isinstance(line, str):
@@ -122,6 +170,10 @@ def head_error_status(exc: BaseException | None) -> int:
         return HTTPStatus.REQUEST_URI_TOO_LONG if is_target else 431
     if isinstance(exc, BadHttpMessage) and exc.message == TOO_MANY_HEADERS:
         return 431
+    if isinstance(exc, BadHttpMessage):
+        bad_version = _BAD_VERSION.search(str(exc.message))
+        if bad_version is not None and bad_version.group(1) != "1":
+            return HTTPStatus.HTTP_VERSION_NOT_SUPPORTED
     return HTTPStatus.BAD_REQUEST
 
 

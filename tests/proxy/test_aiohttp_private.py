@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import inspect
 import os
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,9 @@ import pytest
 from aiohttp import web
 from aiohttp.client_exceptions import SocketTimeoutError
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from pytest_aiohttp import AiohttpClient
 
 from gateway.config.models import LimitsSpec
@@ -30,6 +34,7 @@ from gateway.proxy.aiohttp_private import (
     OneWriteResponse,
     RelayResponse,
     SiblingConnector,
+    check_request_heads,
     server_handler_kwargs,
 )
 from gateway.proxy.client import UpstreamClient
@@ -239,6 +244,67 @@ def test_unix_connector_creates_its_connections_in_create_connection() -> None:
     )
 
 
+def test_the_request_parser_is_what_data_received_feeds() -> None:
+    """`check_request_heads` wraps `RequestHandler._parser`: useless unless aiohttp feeds the
+    client's bytes through that attribute (data_received, and the tail after an upgrade)."""
+    name = "aiohttp.web_protocol.RequestHandler._parser"
+    assert "_parser" in calls(RequestHandler.data_received), f"{name} is not what is fed"
+    assert "feed_data" in calls(RequestHandler.data_received), f"{name}.feed_data is not called"
+    assert "_parser" in calls(RequestHandler.finish_response), f"{name}: upgrade tail moved"
+    assert "message_consumed" in calls(RequestHandler.start), f"{name}: the wrapper misses one"
+
+
+def test_err_info_is_the_value_queued_for_a_refused_head() -> None:
+    name = "aiohttp.web_protocol._ErrInfo"
+    made = _ErrInfo(status=418, exc=ValueError("x"), message="m")  # the keywords we pass
+    assert (made.status, made.message) == (418, "m"), f"{name} changed its fields"
+    assert "_ErrInfo" in calls(RequestHandler.data_received), f"{name} is no longer queued"
+    assert "_make_error_handler" in calls(RequestHandler.start), (
+        f"{name} is no longer answered through handle_error"
+    )
+
+
+async def test_check_request_heads_refuses_a_head_and_serves_the_ones_before_it() -> None:
+    """A real server whose connections refuse DELETE heads with a 418: a GET and a DELETE
+    pipelined in one write get 200 then 418, and the GET behind them is never handled."""
+    seen: list[str] = []
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        seen.append(f"{request.method} {request.path}")
+        return web.Response(text="served")
+
+    def refuse_delete(message: RawRequestMessage) -> tuple[int, HttpProcessingError] | None:
+        if message.method == "DELETE":
+            return 418, HttpProcessingError(code=418, message="no deleting")
+        return None
+
+    class Checked(RequestHandler):
+        def __init__(self, manager: Any, **kwargs: Any) -> None:
+            super().__init__(manager, **kwargs)
+            check_request_heads(self, refuse_delete)
+
+    loop = asyncio.get_running_loop()
+    server = web.Server(handler, auto_decompress=False)
+    listener = await loop.create_server(lambda: Checked(server, loop=loop), "127.0.0.1", 0)
+    try:
+        port = listener.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"DELETE /b HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        async with asyncio.timeout(5):
+            answer = await reader.read(-1)  # the refusal closes the connection
+        writer.close()
+    finally:
+        listener.close()
+        await server.shutdown()
+    statuses = re.findall(rb"HTTP/1\.[01] (\d{3}) ", answer)
+    assert statuses == [b"200", b"418"], answer
+    assert seen == ["GET /a"]
+
+
 LOOPS = ["asyncio", *(["uvloop"] if importlib.util.find_spec("uvloop") else [])]
 
 
@@ -289,8 +355,9 @@ PRIVATE_NAMES = frozenset(
         "_kwargs",
         "_create_connection",
         "_factory",
+        "_ErrInfo",
     }
-)  # `_loop` is left out: the gateway's own classes use the name too.
+)  # `_loop` and `_parser` are left out: the gateway's own classes and functions use them too.
 OTHERS = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "aiohttp_private.py")
 
 
@@ -304,4 +371,6 @@ def test_no_other_module_uses_the_private_names(path: Path) -> None:
             node.name in PRIVATE_NAMES
         ):
             used.add(node.name)
+        elif isinstance(node, ast.alias) and node.name in PRIVATE_NAMES:
+            used.add(node.name)  # imported by name
     assert used == set(), "move these into gateway/proxy/aiohttp_private.py"

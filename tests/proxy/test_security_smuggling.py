@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from dataclasses import dataclass, field
 
 import pytest
@@ -174,6 +175,77 @@ async def test_malformed_request_is_400_closed_and_never_forwarded(
     after = await converse(gateway, SECOND)
     assert after.statuses == [200]
     assert recorder.paths == ["/second"]
+
+
+# Framing llhttp accepts and the gateway refuses (RFC 9112 §6.1). Each goes alone: behind a
+# pipelined request an HTTP/1.0 head was refused anyway (for data after its end), so only a
+# request with nothing behind it showed that it was accepted and its body forwarded.
+FAULTY_FRAMING: dict[str, bytes] = {
+    "te-gzip-chunked": post(b"Transfer-Encoding: gzip, chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n"),
+    "te-deflate-chunked-upper-case": post(
+        b"Transfer-Encoding: DEFLATE, Chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n"
+    ),
+    "te-gzip-then-chunked-lines": post(
+        b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n"
+    ),
+    "te-chunked-on-http10": post(
+        b"Transfer-Encoding: chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n", version=b"HTTP/1.0"
+    ),
+    "te-chunked-on-http10-keep-alive": post(
+        b"Connection: keep-alive\r\nTransfer-Encoding: chunked\r\n",
+        b"3\r\nabc\r\n0\r\n\r\n",
+        version=b"HTTP/1.0",
+    ),
+    "te-gzip-chunked-on-http10": post(
+        b"Transfer-Encoding: gzip, chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n", version=b"HTTP/1.0"
+    ),
+}
+VERSIONS: dict[str, bytes] = {
+    "no-version": b"GET /first\r\nHost: gw\r\n\r\n",
+    "no-version-no-headers": b"GET /first\r\n\r\n",
+    "http-0.9": b"GET /first HTTP/0.9\r\nHost: gw\r\n\r\n",
+    "http-2.0": b"GET /first HTTP/2.0\r\nHost: gw\r\n\r\n",
+    "http-3.0": b"GET /first HTTP/3.0\r\nHost: gw\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("data", list(FAULTY_FRAMING.values()), ids=list(FAULTY_FRAMING))
+async def test_faulty_framing_is_400_closed_and_never_forwarded(
+    data: bytes, recorded: tuple[Recorder, RunningGateway]
+) -> None:
+    recorder, gateway = recorded
+    talk = await converse(gateway, data)
+    assert talk.statuses == [400], talk
+    assert talk.closed
+    assert json.loads(talk.bodies[0])["error"]["code"] == "BAD_REQUEST"
+    assert recorder.seen == []
+
+
+@pytest.mark.parametrize("data", list(VERSIONS.values()), ids=list(VERSIONS))
+async def test_a_version_the_gateway_does_not_speak_is_505_over_http1(
+    data: bytes, recorded: tuple[Recorder, RunningGateway]
+) -> None:
+    """Before, `GET /first` was answered `HTTP/0.9 200 OK` (with headers) and `HTTP/2.0` as
+    `HTTP/2.0 200 OK` on this HTTP/1 connection; `split_responses` insists on `HTTP/1.`."""
+    recorder, gateway = recorded
+    talk = await converse(gateway, data)
+    assert talk.statuses == [505], talk
+    assert talk.closed
+    assert json.loads(talk.bodies[0])["error"]["code"] == "HTTP_VERSION_NOT_SUPPORTED"
+    assert recorder.seen == []
+
+
+async def test_requests_before_a_refused_head_are_served(
+    recorded: tuple[Recorder, RunningGateway],
+) -> None:
+    """A head refused after the parser has read it ends the connection there: what came
+    before it in the same read is answered, in order, and nothing after it is read."""
+    recorder, gateway = recorded
+    first = b"GET /first HTTP/1.1\r\nHost: gw\r\n\r\n"
+    talk = await converse(gateway, first + FAULTY_FRAMING["te-gzip-chunked"] + SECOND)
+    assert talk.statuses == [200, 400], talk
+    assert talk.closed
+    assert recorder.paths == ["/first"]
 
 
 # --- the Transfer-Encoding mutation matrix ---------------------------------------------------
