@@ -18,6 +18,7 @@ from typing import Protocol, cast
 
 from aiohttp import helpers, web
 
+from gateway import listeners
 from gateway.admin import build_admin_app
 from gateway.capture import Captures
 from gateway.config.errors import ConfigError
@@ -26,6 +27,7 @@ from gateway.config.loader import load_config
 from gateway.config.models import GatewayConfig, parse_host_port
 from gateway.followups import FollowupBook
 from gateway.handler import expect, handle
+from gateway.listeners import dual_stack_socket
 from gateway.logs import set_access_log
 from gateway.mcp import bridge_owners
 from gateway.mcp import runtime as mcp_runtime
@@ -232,9 +234,13 @@ class GatewayServer:
             cap.accepted()
             return protocol
 
-        self._server = await loop.create_server(
-            factory, host, port, reuse_address=True, reuse_port=reuse_port, backlog=1024
-        )
+        dual = dual_stack_socket(host, port, reuse_port=reuse_port)
+        if dual is not None:  # `[::]`: IPv4 clients too (gateway.listeners)
+            self._server = await loop.create_server(factory, sock=dual, backlog=1024)
+        else:
+            self._server = await loop.create_server(
+                factory, host, port, reuse_address=True, reuse_port=reuse_port, backlog=1024
+            )
         sibling_socket = bridge_owners.own_socket()
         if sibling_socket is not None:  # a worker: its siblings relay bridge sessions here
             await web.UnixSite(self.runner, sibling_socket).start()
@@ -252,8 +258,7 @@ class GatewayServer:
         )
         await self.admin_runner.setup()
         host, port = parse_host_port(admin)
-        site = web.TCPSite(self.admin_runner, host, port, reuse_address=True)
-        await site.start()
+        await listeners.site(self.admin_runner, host, port).start()
         bound = self.admin_runner.addresses[0]  # whatever the loop's Server class is
         return str(bound[0]), int(bound[1])
 

@@ -33,6 +33,7 @@ from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
 from gateway.followups import Outcome, reading
+from gateway.listeners import dual_stack_socket
 from gateway.logs import setup_logging
 from gateway.mcp.stdio import run_stdio
 from gateway.resolve.auth import TokenFile
@@ -422,10 +423,13 @@ def _resolver(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    where: dict[str, Any] = {"host": host, "port": port}
+    sock = dual_stack_socket(host, port)
+    if sock is not None:  # `[::]`: IPv4 clients too (gateway.listeners)
+        where = {"sock": sock}
     web.run_app(
         build_resolver_app(service, tokens),
-        host=host,
-        port=port,
+        **where,
         ssl_context=tls,
         access_log=None,
         print=None,

@@ -42,7 +42,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway import runtime
+from gateway import listeners, runtime
 from gateway.admin import FollowupTable, Ranked, build_admin_app
 from gateway.config.models import ShutdownSpec, parse_host_port
 from gateway.followups import merge
@@ -204,7 +204,7 @@ class Supervisor:
         await runner.setup()
         host, port = parse_host_port(self._admin)
         try:
-            await web.TCPSite(runner, host, port, reuse_address=True).start()
+            await listeners.site(runner, host, port).start()
         except BaseException:
             await runner.cleanup()
             raise

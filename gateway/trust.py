@@ -139,3 +139,12 @@ def _address_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped  # a dual-stack listener sees ::ffff:10.0.0.1
     return address
+
+
+def unmapped_peer(peer: str | None) -> str | None:
+    """The TCP peer as the client's own address: an IPv4 client of a dual-stack listener
+    arrives as `::ffff:10.0.0.1` and is named `10.0.0.1`, as an IPv4 listener names it, so
+    what the upstream reads in `X-Forwarded-For` does not depend on how `listen` is written."""
+    if peer is not None and peer.startswith("::ffff:") and "." in peer:
+        return peer[7:]
+    return peer

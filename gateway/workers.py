@@ -42,6 +42,7 @@ from typing import Any, Literal
 from gateway.admin import MAX_GAPS
 from gateway.app import GatewayServer
 from gateway.config.models import MAX_WORKERS, parse_host_port
+from gateway.listeners import is_any_ipv6
 
 log = logging.getLogger("mendpoint.workers")
 
@@ -223,7 +224,7 @@ def reserve(listen: str) -> tuple[list[socket.socket], str]:
         for family, kind, proto, _, address in infos:
             with socket.socket(family, kind, proto) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                _v6only(probe)
+                _v6only(probe, host)
                 probe.bind(address)
     held: list[socket.socket] = []
     try:
@@ -232,7 +233,7 @@ def reserve(listen: str) -> tuple[list[socket.socket], str]:
             held.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            _v6only(sock)
+            _v6only(sock, host)
             sock.bind((address[0], port, *address[2:]))
             port = sock.getsockname()[1]
     except OSError:
@@ -242,7 +243,8 @@ def reserve(listen: str) -> tuple[list[socket.socket], str]:
     return held, format_host_port(host, port)
 
 
-def _v6only(sock: socket.socket) -> None:
-    """As asyncio's create_server does, so the reservation matches what workers bind."""
+def _v6only(sock: socket.socket, host: str) -> None:
+    """As the workers bind (gateway.listeners): dual stack for `[::]`, IPv6 alone for any
+    other IPv6 address, as asyncio's create_server does; so the reservation matches."""
     if sock.family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if is_any_ipv6(host) else 1)

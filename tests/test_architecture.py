@@ -36,6 +36,7 @@ LAYERS = {
     "gateway.redact": 2,
     "gateway.capture": 2,
     "gateway.trust": 0,
+    "gateway.listeners": 0,
     "gateway.body_text": 0,
     "gateway.json_insert": 0,
     "gateway.accept": 0,

@@ -22,6 +22,7 @@ from gateway.proxy.context import RequestContext
 from gateway.proxy.headers import upstream_request_headers
 from gateway.proxy.shares import PoolFull
 from gateway.proxy.state import UPSTREAM
+from gateway.trust import unmapped_peer
 
 log = logging.getLogger("mendpoint.upstream")
 POOL_WARNINGS = Throttled(log)
@@ -80,7 +81,7 @@ async def call_upstream(
     ctx.deadline = deadline
     headers = upstream_request_headers(
         request.headers,
-        peer=request.remote,
+        peer=unmapped_peer(request.remote),
         scheme=request.scheme,
         upstream_host=route.upstream_host,
         preserve_host=route.spec.preserve_host,
