@@ -1,7 +1,11 @@
 """The admin listener: /metrics, /healthz, /readyz, /gaps and /followups, on its own port.
 
 Kept off the data-path port so probes and scrapes never compete with, or get routed like,
-client traffic, and so it can stay loopback-only while the gateway port is public.
+client traffic, and so it can stay loopback-only while the gateway port is public. Where it
+cannot (a kubelet probes the Pod's address), `admin_token_file` makes every path but
+/healthz and /readyz need a bearer token, checked as the resolver checks its own
+(resolve.auth.TokenFile: constant-time, the file re-read when it changes); without one, a
+listener on a non-loopback address is warned about at start (docs/security.md#admin-authentication).
 
 One gateway process serves it from its own state. Under `serve --workers N` the supervisor
 serves it instead (gateway.workers), from sources that span every worker: the same app, given
@@ -11,13 +15,23 @@ the metrics body, the gaps, the follow-up tables and the worker list as function
 from __future__ import annotations
 
 import json
+import logging
+import os
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler, Middleware
 
+from gateway.config.secrets import ADMIN_TOKEN_ENV, TokenError, read_tokens
 from gateway.followups import FollowupBook
-from gateway.observe import METRICS_CONTENT_TYPE, exposition
+from gateway.listeners import is_loopback
+from gateway.observe import ADMIN_AUTH_FAILURES, METRICS_CONTENT_TYPE, exposition
+from gateway.resolve.auth import TokenFile
 from gateway.signatures import Signature, SignatureBook
+
+log = logging.getLogger("mendpoint")
 
 ReadyCheck = Callable[[], bool]
 Ranked = Sequence[tuple[Signature, int]]
@@ -41,10 +55,12 @@ def build_admin_app(
     metrics: Callable[[], bytes] = exposition,
     details: Details | None = None,
     followups: FollowupBook | FollowupsSource | None = None,
+    tokens: TokenFile | None = None,
 ) -> web.Application:
     """`signatures` is this process's book, or a function ranking gaps from elsewhere;
-    `details` adds fields (the supervisor's worker list) to the /readyz answer."""
-    app = web.Application()
+    `details` adds fields (the supervisor's worker list) to the /readyz answer; `tokens`, the
+    bearer tokens every path but the probes' requires."""
+    app = web.Application(middlewares=[_token_required(tokens)] if tokens is not None else [])
     app[READY_CHECK] = is_ready
     app[GAPS] = _local(signatures) if isinstance(signatures, SignatureBook) else signatures
     app[METRICS] = metrics
@@ -58,6 +74,49 @@ def build_admin_app(
     app.router.add_get("/gaps", _gaps)
     app.router.add_get("/followups", _followups)
     return app
+
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""What a kubelet probe asks for, and it carries no token: liveness and readiness only."""
+REALM = 'Bearer realm="mendpoint-admin"'
+NEEDS_TOKEN = (
+    "this admin path needs Authorization: Bearer TOKEN, a token of the gateway's "
+    "admin_token_file (docs/security.md#admin-authentication)"
+)
+
+
+def _token_required(tokens: TokenFile) -> Middleware:
+    """Every path but the probes' needs `Authorization: Bearer TOKEN`, a new one included:
+    /metrics names routes, rules and traffic, /gaps the upstreams' (redacted) messages."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            reason = tokens.check(request.headers.get(hdrs.AUTHORIZATION))
+            if reason is not None:
+                ADMIN_AUTH_FAILURES.labels(reason=reason).inc()
+                return web.json_response(
+                    {"error": NEEDS_TOKEN}, status=401, headers={hdrs.WWW_AUTHENTICATE: REALM}
+                )
+        return await handler(request)
+
+    return check
+
+
+def admin_tokens(path: str | None) -> TokenFile | None:
+    return None if path is None else TokenFile(path, name="admin token file")
+
+
+def warn_if_exposed(host: str, tokens: TokenFile | None) -> None:
+    """Once, at start: an admin listener others can reach, with nothing to keep them out."""
+    if tokens is None and not is_loopback(host):
+        log.warning(
+            "admin listener on %s without admin_token_file: anyone who can reach it can read "
+            "/metrics (routes, rules, traffic), /gaps (upstream error messages) and "
+            "/followups; set admin_token_file or MENDPOINT_ADMIN_TOKEN_FILE, or bind it to "
+            "a loopback address (docs/security.md#admin-authentication)",
+            host,
+        )
 
 
 def _local_followups(book: FollowupBook) -> FollowupsSource:
@@ -120,3 +179,45 @@ async def _followups(request: web.Request) -> web.Response:
         body=json.dumps({"window_s": window_s, "codes": rows}, ensure_ascii=False).encode(),
         content_type="application/json",
     )
+
+
+# --- the other side: `mendpoint gaps`, `followups` and `suggest --from HOST:PORT` -------------
+
+
+class AdminError(RuntimeError):
+    """An admin endpoint that could not be read; the message says why (never the token)."""
+
+
+def admin_token(path: str | None) -> str | None:
+    """The token to send: the first line of `path`, else of MENDPOINT_ADMIN_TOKEN_FILE's file
+    (the gateway accepts every line, so a rotation can move the clients first)."""
+    path = path or os.environ.get(ADMIN_TOKEN_ENV, "").strip() or None
+    if path is None:
+        return None
+    try:
+        return read_tokens(path)[0]
+    except TokenError as exc:
+        raise AdminError(str(exc)) from None
+
+
+def admin_get(admin: str, path: str, token: str | None) -> object:
+    """The JSON an admin endpoint answers, `admin` a URL or HOST:PORT (AdminError)."""
+    base = admin if "://" in admin else f"http://{admin}"
+    url = f"{base.rstrip('/')}{path}"
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            what = (
+                "the token given is not one its admin_token_file holds"
+                if token is not None
+                else f"it needs the admin token: give --token-file FILE or {ADMIN_TOKEN_ENV}"
+            )
+            raise AdminError(f"{url} answered 401: {what}") from None
+        raise AdminError(f"cannot read {url}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise AdminError(f"cannot read {url}: {exc}") from None

@@ -19,7 +19,7 @@ from typing import Protocol, cast
 from aiohttp import helpers, web
 
 from gateway import listeners
-from gateway.admin import build_admin_app
+from gateway.admin import admin_tokens, build_admin_app, warn_if_exposed
 from gateway.capture import Captures
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
@@ -167,7 +167,7 @@ class _Refuse(asyncio.Protocol):
 
 
 # Settings read once when the server starts; a reload that changes them is logged, not applied.
-RESTART_ONLY = ("listen", "admin", "workers", "limits", "shutdown")
+RESTART_ONLY = ("listen", "admin", "admin_token_file", "workers", "limits", "shutdown")
 
 
 class GatewayServer:
@@ -252,12 +252,16 @@ class GatewayServer:
         return str(bound[0]), int(bound[1])
 
     async def _start_admin(self, admin: str) -> tuple[str, int]:
+        host, port = parse_host_port(admin)
+        tokens = admin_tokens(self.loaded.admin_token_file)
+        warn_if_exposed(host, tokens)
         self.admin_runner = web.AppRunner(
-            build_admin_app(lambda: self.ready, self.signatures, followups=self.followups),
+            build_admin_app(
+                lambda: self.ready, self.signatures, followups=self.followups, tokens=tokens
+            ),
             access_log=None,
         )
         await self.admin_runner.setup()
-        host, port = parse_host_port(admin)
         await listeners.site(self.admin_runner, host, port).start()
         bound = self.admin_runner.addresses[0]  # whatever the loop's Server class is
         return str(bound[0]), int(bound[1])

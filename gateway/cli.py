@@ -9,13 +9,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
 import ssl
 import sys
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,17 +21,24 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway import __version__, runtime, supervisor, workers
+from gateway.admin import AdminError, admin_get, admin_token
 from gateway.app import UnsafeRuntime, require_c_parser, serve_forever
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_text, embedded_config, load_catalog, load_config
 from gateway.config.models import DEFAULT_ADMIN, parse_host_port
-from gateway.config.secrets import TOKEN_ENV, TlsError, TokenError, server_tls
+from gateway.config.secrets import (
+    ADMIN_TOKEN_ENV,
+    TOKEN_ENV,
+    TlsError,
+    TokenError,
+    server_tls,
+)
 from gateway.explain import Sample, SampleError, explain
 from gateway.failure import Mode, TransportKind
 from gateway.fixtures import load_fixtures, run_fixtures
 from gateway.followups import Outcome, reading
-from gateway.listeners import dual_stack_socket
+from gateway.listeners import dual_stack_socket, is_loopback
 from gateway.logs import setup_logging
 from gateway.mcp.stdio import run_stdio
 from gateway.resolve.auth import TokenFile
@@ -106,11 +111,13 @@ def _parser() -> argparse.ArgumentParser:
     gaps = sub.add_parser("gaps", help="print the top unmatched-error signatures of a gateway")
     gaps.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
     gaps.add_argument("--limit", type=int, default=20)
+    _admin_token_argument(gaps)
     gaps.set_defaults(run=_gaps)
     followups = sub.add_parser(
         "followups", help="print what callers did after each code's failures (docs/operations.md)"
     )
     followups.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
+    _admin_token_argument(followups)
     followups.set_defaults(run=_followups)
 
     init = sub.add_parser(
@@ -130,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     suggest.add_argument("--out", required=True, help="the rule file to write")
     suggest.add_argument("--force", action="store_true", help="replace existing files")
+    _admin_token_argument(suggest)
     suggest.set_defaults(run=_suggest)
 
     check = sub.add_parser("check", help="validate a config and every rule pack it includes")
@@ -222,6 +230,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _admin_token_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--token-file",
+        help="a file whose first line is the admin token, for a gateway with admin_token_file "
+        f"(default: {ADMIN_TOKEN_ENV}; docs/security.md#admin-authentication)",
+    )
+
+
 def _worker_count(text: str) -> workers.WorkerCount:
     try:
         return workers.parse_count(text)
@@ -304,7 +320,12 @@ def _serve(args: argparse.Namespace) -> int:
         listen_address = listen or loaded.config.listen
         with contextlib.suppress(KeyboardInterrupt):
             return supervisor.supervise(
-                processes, argv, listen_address, admin_address, loaded.config.shutdown
+                processes,
+                argv,
+                listen_address,
+                admin_address,
+                loaded.config.shutdown,
+                loaded.admin_token_file,
             )
         return EXIT_OK
     with contextlib.suppress(KeyboardInterrupt):
@@ -312,21 +333,19 @@ def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _admin_json(command: str, admin: str, path: str) -> dict[str, Any] | None:
-    """GET an admin endpoint; None (and a line on stderr) when it cannot be read."""
-    base = admin if "://" in admin else f"http://{admin}"
-    url = f"{base.rstrip('/')}{path}"
+def _admin_json(command: str, args: argparse.Namespace, path: str) -> dict[str, Any] | None:
+    """GET an admin endpoint, with the admin token when one is given; None (and a line on
+    stderr) when it cannot be read."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            payload = json.loads(answer.read())
-    except (OSError, ValueError) as exc:
-        print(f"mendpoint {command}: cannot read {url}: {exc}", file=sys.stderr)
+        payload = admin_get(args.admin, path, admin_token(args.token_file))
+    except AdminError as exc:
+        print(f"mendpoint {command}: {exc}", file=sys.stderr)
         return None
     return payload if isinstance(payload, dict) else {}
 
 
 def _gaps(args: argparse.Namespace) -> int:
-    payload = _admin_json("gaps", args.admin, f"/gaps?limit={max(1, args.limit)}")
+    payload = _admin_json("gaps", args, f"/gaps?limit={max(1, args.limit)}")
     if payload is None:
         return EXIT_INVALID
     rows = payload.get("signatures", [])
@@ -340,7 +359,7 @@ def _gaps(args: argparse.Namespace) -> int:
 
 
 def _followups(args: argparse.Namespace) -> int:
-    payload = _admin_json("followups", args.admin, "/followups")
+    payload = _admin_json("followups", args, "/followups")
     if payload is None:
         return EXIT_INVALID
     rows = payload.get("codes", [])
@@ -367,7 +386,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _suggest(args: argparse.Namespace) -> int:
-    return run_suggest(args.source, args.out, args.force)
+    return run_suggest(args.source, args.out, args.force, args.token_file)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -397,7 +416,7 @@ def _resolver(args: argparse.Namespace) -> int:
         print(f"mendpoint resolver: {exc}", file=sys.stderr)
         return EXIT_INVALID
     authenticated = tokens is not None or args.tls_client_ca is not None
-    if not authenticated and not _loopback(host):
+    if not authenticated and not is_loopback(host):
         if not args.insecure_no_auth:
             print(
                 f"mendpoint resolver: refusing to serve {host} without authentication: anyone "
@@ -452,16 +471,6 @@ def _resolver_credentials(
     if args.tls_cert is not None:
         tls = server_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
     return tokens, tls
-
-
-def _loopback(host: str) -> bool:
-    """Whether `host` is reachable only from this machine (a name other than localhost is not)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _header_pairs(items: list[str], flag: str) -> CIMultiDict[str] | None:

@@ -28,6 +28,17 @@ def is_any_ipv6(host: str) -> bool:
         return False
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable only from this machine (a name other than localhost is not;
+    `0.0.0.0` and `[::]` are every address, so not)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def dual_stack_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket | None:
     """A bound, non-blocking socket on `[::]:port` that takes IPv4 as well; None for any
     other host, which the event loop binds itself. OSError as a bind raises it."""

@@ -202,6 +202,13 @@ AMBIGUOUS_IDENTITY = Counter(
     ["source"],
     registry=REGISTRY,
 )
+ADMIN_AUTH_FAILURES = Counter(
+    "mendpoint_admin_auth_failures_total",
+    "Admin requests (/metrics, /gaps, /followups) refused with 401 because admin_token_file "
+    "is set, by reason (missing or wrong token)",
+    ["reason"],
+    registry=REGISTRY,
+)
 RESOLVER_AUTH_FAILURES = Counter(
     "mendpoint_resolver_auth_failures_total",
     "Requests `mendpoint resolver` refused with 401, by reason (missing or wrong token)",

@@ -43,7 +43,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import listeners, runtime
-from gateway.admin import FollowupTable, Ranked, build_admin_app
+from gateway.admin import FollowupTable, Ranked, admin_tokens, build_admin_app, warn_if_exposed
 from gateway.config.models import ShutdownSpec, parse_host_port
 from gateway.followups import merge
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
@@ -121,11 +121,13 @@ class Supervisor:
         listen: str,
         admin: str | None,
         shutdown: ShutdownSpec,
+        admin_token_file: str | None = None,
     ) -> None:
         self.count = count
         self._argv = list(argv)
         self._listen = listen
         self._admin = admin
+        self._admin_token_file = admin_token_file
         self._shutdown = shutdown
         self._workers: dict[int, Worker] = {}
         self._restarts = [0] * count
@@ -193,16 +195,19 @@ class Supervisor:
 
     async def _start_admin(self, metrics_path: str) -> web.AppRunner:
         assert self._admin is not None
+        host, port = parse_host_port(self._admin)
+        tokens = admin_tokens(self._admin_token_file)
+        warn_if_exposed(host, tokens)
         app = build_admin_app(
             lambda: self.ready,
             self.gaps,
             metrics=worker_exposition(metrics_path, lambda: self.ready, self.metrics),
             details=self.details,
             followups=self.followups,
+            tokens=tokens,
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        host, port = parse_host_port(self._admin)
         try:
             await listeners.site(runner, host, port).start()
         except BaseException:
@@ -466,7 +471,12 @@ class Supervisor:
 
 
 def supervise(
-    count: int, argv: Sequence[str], listen: str, admin: str | None, shutdown: ShutdownSpec
+    count: int,
+    argv: Sequence[str],
+    listen: str,
+    admin: str | None,
+    shutdown: ShutdownSpec,
+    admin_token_file: str | None = None,
 ) -> int:
     """Run a supervisor on its own event loop; its exit status."""
-    return runtime.run(Supervisor(count, argv, listen, admin, shutdown).run())
+    return runtime.run(Supervisor(count, argv, listen, admin, shutdown, admin_token_file).run())

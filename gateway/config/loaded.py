@@ -64,6 +64,9 @@ class LoadedConfig:
     packs: list[str] = field(default_factory=list)  # every rule file, in match order
     # Read from `resolver.token_file` (or MENDPOINT_RESOLVER_TOKEN_FILE); never printed.
     resolver_token: str | None = field(default=None, repr=False)
+    # `admin_token_file` (or MENDPOINT_ADMIN_TOKEN_FILE), an absolute path, checked to hold
+    # tokens; the admin listener reads it again when it changes (resolve.auth.TokenFile).
+    admin_token_file: str | None = None
     # From `resolver.tls`: whom an https:// resolver must be, and the gateway's client cert.
     resolver_tls: ssl.SSLContext | None = field(default=None, repr=False)
 

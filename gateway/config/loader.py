@@ -30,7 +30,7 @@ from gateway.config.models import (
     RulePack,
 )
 from gateway.config.salvage import is_inert, salvage
-from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
+from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
 from gateway.config.tls import resolve_resolver_tls, resolve_route_tls
 from gateway.config.validate import validate_loaded
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
@@ -160,6 +160,7 @@ def _assemble(
     if config.callers is not None and config.callers.keys_file is not None:
         problems.extend(_add_keys_file(loaded, config.callers, doc, base_dir))
     problems.extend(_add_resolver_token(loaded, doc, base_dir))
+    problems.extend(_add_admin_token(loaded, doc, base_dir))
     loaded.config, tls_problems = resolve_route_tls(config, doc, base_dir)
     problems.extend(tls_problems)
     problems.extend(_add_resolver_tls(loaded, doc, base_dir))
@@ -352,6 +353,31 @@ def _add_resolver_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> li
     except TokenError as exc:
         return [Problem(file, line, field, str(exc))]
     loaded.files.append(os.path.abspath(path))
+    return []
+
+
+def _add_admin_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Problem]:
+    """Check the admin listener's token file; MENDPOINT_ADMIN_TOKEN_FILE wins over the config.
+
+    Only its path is kept: the admin listener reads the tokens itself, and again whenever the
+    file changes, so a rotated Secret needs no reload (docs/security.md#admin-authentication).
+    """
+    from_env = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
+    configured = loaded.config.admin_token_file
+    if not (from_env or configured):
+        return []
+    if from_env:
+        path, file, line, field = from_env, ADMIN_TOKEN_ENV, None, ""
+    else:
+        assert configured is not None
+        path, file, field = configured, doc.file, "admin_token_file"
+        line = doc.line_of(("admin_token_file",))
+    path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    try:
+        read_tokens(path)
+    except TokenError as exc:
+        return [Problem(file, line, field, str(exc))]
+    loaded.admin_token_file = os.path.abspath(path)
     return []
 
 

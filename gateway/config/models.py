@@ -614,6 +614,9 @@ class GatewayConfig(Strict):
 
     listen: str = "127.0.0.1:8080"
     admin: str | None = DEFAULT_ADMIN
+    # The bearer tokens the admin listener accepts on /metrics, /gaps and /followups, one per
+    # line (docs/security.md#admin-authentication); /healthz and /readyz stay open.
+    admin_token_file: str | None = Field(default=None, min_length=1)
     # `serve --workers`: processes sharing `listen` (SO_REUSEPORT); 0 or "auto": usable CPUs.
     workers: int | Literal["auto"] = 1
     include: list[str] = Field(default_factory=list)

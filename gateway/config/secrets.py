@@ -15,6 +15,9 @@ import ssl
 from collections.abc import Callable
 
 TOKEN_ENV = "MENDPOINT_RESOLVER_TOKEN_FILE"
+ADMIN_TOKEN_ENV = "MENDPOINT_ADMIN_TOKEN_FILE"
+"""The admin listener's token file (`admin_token_file`), read the same way
+(docs/security.md#admin-authentication)."""
 MIN_TOKEN_CHARS = 16
 MAX_TOKEN_FILE_BYTES = 64 * 1024
 

@@ -1,4 +1,5 @@
 """`mendpoint resolver --token-file`: only a gateway holding the shared token is answered.
+(The admin listener checks its `admin_token_file` with the same `TokenFile`.)
 
 The resolver answers with every skill the scopes in the request allow, and the request names
 those scopes, so anyone who can reach it unauthenticated can read the whole catalog. Each
@@ -33,14 +34,17 @@ def _mark(path: str) -> tuple[int, int, int]:
 
 
 class TokenFile:
-    """The tokens the resolver accepts, kept in step with the file that holds them.
+    """The tokens a listener accepts, kept in step with the file that holds them: the
+    resolver's (`--token-file`) and the gateway's admin listener's (`admin_token_file`,
+    gateway.admin).
 
     A file that becomes unreadable or invalid keeps the tokens last read (and says so), so a
-    half-written update never locks every gateway out.
+    half-written update never locks every gateway (or every scraper) out.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, name: str = "resolver token file") -> None:
         self.path = path
+        self.name = name
         self._mark = _mark(path)
         self._tokens = self._encode(read_tokens(path))
         self._checked = time.monotonic()
@@ -58,9 +62,9 @@ class TokenFile:
                 self._mark = mark
                 try:
                     self._tokens = self._encode(read_tokens(self.path))
-                    log.info("resolver token file %s changed; tokens re-read", self.path)
+                    log.info("%s %s changed; tokens re-read", self.name, self.path)
                 except TokenError as exc:
-                    log.error("resolver token file unusable, keeping the last tokens: %s", exc)
+                    log.error("%s unusable, keeping the last tokens: %s", self.name, exc)
         return self._tokens
 
     def check(self, authorization: str | None) -> str | None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import urllib.request
 from pathlib import Path
 
 import yaml
 
+from gateway.admin import AdminError, admin_get, admin_token
 from gateway.capture import load_dir
 from gateway.retrofit.suggest import (
     Sample,
@@ -21,13 +20,13 @@ from gateway.retrofit.suggest import (
 EXIT_OK, EXIT_INVALID = 0, 1
 
 
-def run_suggest(source: str, out: str, force: bool) -> int:
+def run_suggest(source: str, out: str, force: bool, token_file: str | None = None) -> int:
     target = Path(out)
     fixtures = target.parent / "fixtures" / f"{target.stem}.fixtures.yaml"
     if not force and (target.exists() or fixtures.exists()):
         print(f"mendpoint suggest: {target} exists; --force replaces it", file=sys.stderr)
         return EXIT_INVALID
-    samples, notes = _samples(source)
+    samples, notes = _samples(source, token_file)
     if samples is None:
         return EXIT_INVALID
     drafts, skipped = drafts_from(samples)
@@ -49,20 +48,16 @@ def run_suggest(source: str, out: str, force: bool) -> int:
     return EXIT_OK
 
 
-def _samples(source: str) -> tuple[list[Sample] | None, list[str]]:
+def _samples(source: str, token_file: str | None) -> tuple[list[Sample] | None, list[str]]:
     if Path(source).is_dir():
         return samples_from_captures(load_dir(source))
-    base = source if "://" in source else f"http://{source}"
-    url = f"{base.rstrip('/')}/gaps?limit=200"
     try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            payload = json.loads(answer.read())
-    except (OSError, ValueError) as exc:
-        print(
-            f"mendpoint suggest: {source} is no directory and {url} answers no gaps: {exc}",
-            file=sys.stderr,
-        )
+        payload = admin_get(source, "/gaps?limit=200", admin_token(token_file))
+    except AdminError as exc:
+        print(f"mendpoint suggest: {source} is no directory, and {exc}", file=sys.stderr)
         return None, []
+    if not isinstance(payload, dict):
+        payload = {}
     samples = []
     for row in payload.get("signatures", []):
         status = row.get("status", "")

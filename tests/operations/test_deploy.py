@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ import yaml
 
 from gateway.cli import _parser
 from gateway.config.loader import load_catalog, load_config
-from gateway.config.models import DEFAULT_ADMIN, ShutdownSpec
-from gateway.config.secrets import TOKEN_ENV, TokenError, read_tokens
+from gateway.config.models import DEFAULT_ADMIN, ShutdownSpec, parse_host_port
+from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
+from gateway.listeners import is_loopback
 from gateway.observe import REGISTRY
 from tests.support.paths import DEPLOY
 
@@ -60,6 +62,8 @@ def test_the_expected_objects_exist() -> None:
         ("Deployment", "mendpoint-resolver"),
         ("Service", "mendpoint-resolver"),
         ("Secret", "mendpoint-resolver-token"),
+        ("Secret", "mendpoint-admin-token"),
+        ("Secret", "orders-mendpoint-admin-token"),
         ("NetworkPolicy", "mendpoint-resolver"),
     } <= kinds
 
@@ -82,9 +86,12 @@ def test_mendpoint_container_args_parse_and_configs_load(
             parses(argv)
             mounted = _materialise(doc, config_maps, tmp_path)
             config_path = mounted[argv[argv.index("--config") + 1]]
-            resolver_spec = yaml.safe_load(config_path.read_text()).get("resolver", {})
+            config = yaml.safe_load(config_path.read_text())
+            resolver_spec = config.get("resolver", {})
             if "token_file" in resolver_spec:  # the Pod's path, where the Secret is mounted
                 monkeypatch.setenv(TOKEN_ENV, str(mounted[resolver_spec["token_file"]]))
+            if "admin_token_file" in config:
+                monkeypatch.setenv(ADMIN_TOKEN_ENV, str(mounted[config["admin_token_file"]]))
             if "--token-file" in argv:
                 assert read_tokens(str(mounted[argv[argv.index("--token-file") + 1]]))
             loaded = (load_catalog if argv[0] == "resolver" else load_config)(str(config_path))
@@ -103,11 +110,7 @@ def test_every_admin_port_is_the_default() -> None:
     (not Prometheus's own 9090: docs/operations.md#admin-listener)."""
     port = int(DEFAULT_ADMIN.rpartition(":")[2])
     dockerfile = (DEPLOY / "Dockerfile").read_text()
-    assert f"MENDPOINT_ADMIN=0.0.0.0:{port}" in dockerfile
     assert f"EXPOSE 8080 {port}" in dockerfile and f"127.0.0.1:{port}/healthz" in dockerfile
-    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["mendpoint"]
-    assert compose["environment"]["MENDPOINT_ADMIN"] == f"0.0.0.0:{port}"
-    assert f"127.0.0.1:{port}:{port}" in compose["ports"]
     seen = 0
     for name, deployment in objects("Deployment").items():
         template = deployment["spec"]["template"]
@@ -125,6 +128,51 @@ def test_every_admin_port_is_the_default() -> None:
                 config = yaml.safe_load(text)
                 if isinstance(config, dict) and "admin" in config:
                     assert config["admin"] == f"0.0.0.0:{port}", path
+
+
+def test_no_shipped_admin_listener_is_open_to_others() -> None:
+    """The image and compose leave the admin port on the container's loopback (the gateway's
+    default; MENDPOINT_ADMIN would win over a config's `admin`, so the image sets none), and
+    every manifest that binds it to the Pod's address has a token from a Secret, whose
+    shipped placeholder the gateway refuses (docs/security.md#admin-authentication)."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "MENDPOINT_ADMIN" not in dockerfile.split("ENV ", 1)[1].split("EXPOSE")[0]
+    assert DEFAULT_ADMIN.startswith("127.0.0.1:")
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["mendpoint"]
+    assert "MENDPOINT_ADMIN" not in compose.get("environment", {})
+    assert not [p for p in compose.get("ports", []) if p.endswith(":8491")]
+    compose_config = yaml.safe_load((DEPLOY / "compose" / "gateway.yaml").read_text())
+    assert compose_config.get("admin", DEFAULT_ADMIN) == DEFAULT_ADMIN
+    checked = 0
+    for name, deployment in objects("Deployment").items():
+        for container in containers(deployment):
+            if container["args"][0] != "serve" or "command" in container:
+                continue
+            volumes = deployment["spec"]["template"]["spec"]["volumes"]
+            (config_map,) = [v["configMap"]["name"] for v in volumes if "configMap" in v]
+            config = yaml.safe_load(objects("ConfigMap")[config_map]["data"]["gateway.yaml"])
+            assert not is_loopback(parse_host_port(config["admin"])[0]), name  # probed there
+            secret = next(
+                v["secret"]["secretName"]
+                for v in volumes
+                if "secret" in v
+                and any(
+                    config["admin_token_file"].startswith(m + "/")
+                    for m in mounts_of(deployment, v["secret"]["secretName"])
+                )
+            )
+            placeholder = objects("Secret")[secret]["stringData"]["token"]
+            with pytest.raises(TokenError):
+                read_tokens_from_text(placeholder)
+            checked += 1
+    assert checked == 2
+
+
+def read_tokens_from_text(text: str) -> tuple[str, ...]:
+    with tempfile.NamedTemporaryFile("w", suffix=".token") as handle:
+        handle.write(text)
+        handle.flush()
+        return read_tokens(handle.name)
 
 
 def secrets() -> dict[str, dict[str, str]]:
@@ -184,7 +232,7 @@ def mounts_of(deployment: dict[str, Any], secret: str) -> list[str]:
 def test_the_resolver_token_comes_from_one_secret_in_both_deployments(tmp_path: Path) -> None:
     """The resolver's --token-file and the gateway's resolver.token_file are that Secret's key,
     and the shipped placeholder is refused, so nobody runs with the token printed here."""
-    (secret,) = objects("Secret").values()
+    secret = objects("Secret")["mendpoint-resolver-token"]
     name, keys = secret["metadata"]["name"], list(secret["stringData"])
     placeholder = tmp_path / "placeholder"
     placeholder.write_text(secret["stringData"][keys[0]])
