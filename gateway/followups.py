@@ -8,7 +8,9 @@ that is itself a failure opens its own entry, which remembers when the chain beg
 
 Only digests are kept: `key` (caller, route, method, target) and `identity` (the key plus the
 body bytes and the credential headers), never bodies, targets or credentials. The book is
-bounded (`max_tracked`, least recent evicted and counted).
+bounded twice, by `max_tracked` entries and by `max_bytes` of memory, each entry counted at
+what it really holds (`entry_bytes`, measured with tracemalloc by
+tests/followups/test_followup_memory.py); the least recent is evicted and counted.
 
 The request path asks `watching(route)` first: one dictionary lookup while no failure is open
 on the route, which is all the success path pays.
@@ -24,10 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import statistics
+import sys
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -35,6 +38,20 @@ from gateway.config.models import FollowupsSpec
 from gateway.observe import FOLLOWUPS_EVICTED, RECOVERY_SECONDS, count_followup
 
 RECOVERY_SAMPLES = 1000  # per (route, code): enough for a stable median, bounded memory
+MAX_ORIGINS = 1024
+ENTRY_BYTES = 544
+"""What one open failure holds beyond its request id's characters: the `OpenFailure`, its two
+32-digit digests and the request id's string header, its floats and ints, and its share of
+the book's ordered dict. Measured with tracemalloc over books of 500 to 90,000 entries,
+opened here or replicated from a sibling worker, alone or as the second failure of a chain:
+from 449 to 534 bytes, plus a margin for the dict's growth steps
+(tests/followups/test_followup_memory.py; docs/operations.md#follow-ups)."""
+
+
+def entry_bytes(entry: OpenFailure) -> int:
+    """The memory `entry` costs the book, never less than it holds: 576 bytes with the
+    gateway's own 32-character request id, 744 with the longest a caller may send (200)."""
+    return ENTRY_BYTES + len(entry.request_id)
 
 
 class Outcome(StrEnum):
@@ -149,7 +166,11 @@ class FollowupBook:
         self.origin = origin
         self.publish: Publish | None = None
         self._open: OrderedDict[str, OpenFailure] = OrderedDict()
+        self._bytes = 0
+        """The sum of `entry_bytes` over `_open`, held under `settings.max_bytes`."""
         self._routes: Counter[str] = Counter()
+        self._origins: dict[int, int] = {}
+        """The siblings' pids, one int object each, shared by their replicated entries."""
         self._stats: dict[tuple[str, str], CodeStats] = {}
 
     @property
@@ -162,7 +183,8 @@ class FollowupBook:
         if not settings.enabled:
             self._open.clear()
             self._routes.clear()
-        self._evict_over(settings.max_tracked)
+            self._bytes = 0
+        self._evict_over_bounds()
 
     def watching(self, route: str) -> bool:
         """Whether any failure is open on `route`: the success path's only question."""
@@ -229,6 +251,23 @@ class FollowupBook:
                 entry = OpenFailure(**event["entry"])
             except TypeError:
                 return
+            # Decoded from JSON, each string is a new object; route, code and rule come from
+            # the config, a small set: shared, they cost a replica what a local entry costs.
+            if len(self._origins) > MAX_ORIGINS:  # restarted workers' pids: rarely many
+                self._origins.clear()
+            entry = replace(
+                entry,
+                route=sys.intern(entry.route),
+                code=sys.intern(entry.code),
+                rule=sys.intern(entry.rule),
+                origin=self._origins.setdefault(entry.origin, entry.origin),
+                # A failure that began its chain: one float, as where it was opened.
+                chain_started=(
+                    entry.answered_at
+                    if entry.chain_started == entry.answered_at
+                    else entry.chain_started
+                ),
+            )
             # Monotonic clocks are per machine, so the supervisor's workers share them.
             self._insert(entry)
         elif event.get("op") == "close" and isinstance(event.get("key"), str):
@@ -274,19 +313,29 @@ class FollowupBook:
         previous = self._open.pop(entry.key, None)
         if previous is not None:
             self._routes[previous.route] -= 1
+            self._bytes -= entry_bytes(previous)
         self._open[entry.key] = entry
         self._routes[entry.route] += 1
-        self._evict_over(self.settings.max_tracked)
+        self._bytes += entry_bytes(entry)
+        self._evict_over_bounds()
 
     def _remove(self, key: str) -> OpenFailure:
         entry = self._open.pop(key)
+        self._bytes -= entry_bytes(entry)
         self._routes[entry.route] -= 1
         if self._routes[entry.route] <= 0:
             del self._routes[entry.route]
         return entry
 
-    def _evict_over(self, bound: int) -> None:
-        while len(self._open) > bound:
+    @property
+    def held_bytes(self) -> int:
+        """What the open failures hold, by `entry_bytes`: at most `settings.max_bytes`."""
+        return self._bytes
+
+    def _evict_over_bounds(self) -> None:
+        """The least recent out, counted, until both `max_tracked` and `max_bytes` hold."""
+        count, budget = self.settings.max_tracked, self.settings.max_bytes
+        while self._open and (len(self._open) > count or self._bytes > budget):
             key = next(iter(self._open))
             entry = self._remove(key)
             FOLLOWUPS_EVICTED.labels(route=entry.route).inc()

@@ -160,7 +160,7 @@ RECOVERY_SECONDS = Histogram(
 )
 FOLLOWUPS_EVICTED = Counter(
     "mendpoint_followups_evicted_total",
-    "Open failures dropped unsettled because followups.max_tracked was reached",
+    "Open failures dropped unsettled because followups.max_tracked or max_bytes was reached",
     ["route"],
     registry=REGISTRY,
 )

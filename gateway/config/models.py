@@ -577,6 +577,9 @@ class FollowupsSpec(Strict):
     enabled: bool = True
     window_s: float = Field(default=300, gt=0, le=86_400)
     max_tracked: int = Field(default=100_000, ge=1, le=10_000_000)
+    # The memory the open failures may hold, counted at their measured size
+    # (gateway.followups.entry_bytes); whichever of the two bounds is reached first evicts.
+    max_bytes: int = Field(default=16 << 20, ge=64 << 10, le=4 << 30)
 
 
 class HeadersSpec(Strict):
