@@ -168,12 +168,16 @@ class _CheckedParser:
     `check`'s answer, and nothing after it is read (the answer closes the connection).
     """
 
-    __slots__ = ("_check", "_parser", "_refused")
+    __slots__ = ("_check", "_parser", "_refused", "message_consumed", "set_upgraded")
 
     def __init__(self, parser: Any, check: HeadCheck) -> None:
         self._parser = parser
         self._check = check
         self._refused = False
+        # Called once per request (`start`, after an upgrade): the parser's own bound methods,
+        # so these cost what they cost unwrapped (through __getattr__, 1.3 µs each).
+        self.message_consumed = parser.message_consumed
+        self.set_upgraded = parser.set_upgraded
 
     def feed_data(self, data: bytes) -> tuple[list[Any], bool, bytes]:
         if self._refused:
@@ -189,7 +193,7 @@ class _CheckedParser:
                 return [*messages[:index], answer], False, b""
         return messages, upgraded, tail
 
-    def __getattr__(self, name: str) -> Any:  # message_consumed, set_upgraded, feed_eof, …
+    def __getattr__(self, name: str) -> Any:  # pause_reading, feed_eof, …: rarely called
         return getattr(self._parser, name)
 
 
