@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.models import CaptureSpec
+from gateway.json_text import Raw
 from gateway.redact import Redactor
 
 log = logging.getLogger("mendpoint.capture")
@@ -126,7 +127,10 @@ def sample_draw() -> float:
 def render(exchange: CapturedFailure, spec: CaptureSpec, redactor: Redactor) -> bytes:
     body = exchange.body or b""
     cut = len(body) > spec.max_body_bytes
-    text = body[: spec.max_body_bytes].decode("utf-8", "replace")
+    # Redacted whole, then cut: a secret cut in two would no longer look like one.
+    copied = redactor.body(body.decode("utf-8", "replace"))
+    clean = copied.text if isinstance(copied, Raw) else copied
+    text = clean.encode("utf-8")[: spec.max_body_bytes].decode("utf-8", "ignore") if cut else clean
     wanted = {name.lower() for name in spec.headers}
     headers = {k: redactor.text(v) for k, v in exchange.headers.items() if k.lower() in wanted}
     record: dict[str, Any] = {
@@ -138,7 +142,7 @@ def render(exchange: CapturedFailure, spec: CaptureSpec, redactor: Redactor) -> 
             "status": exchange.status,
             "transport": exchange.transport,
             "headers": headers,
-            "body": redactor.text(text),
+            "body": text,
             "truncated": cut,
         },
         "classified": {

@@ -145,7 +145,6 @@ def failure_facts(obs: Observation, ctx: FailureContext, duration_ms: int = 0) -
         upstream_status=obs.status,
         content_type=obs.content_type,
         body=obs.body,
-        body_json=obs.json if obs.body is not None else None,
         transport=obs.transport,
         refusal=obs.refusal,
         upstream_retry_after="Retry-After" in obs.headers,

@@ -13,7 +13,6 @@ that client gets the envelope, and every answer that depended on `Accept` says s
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from gateway.body_text import BodyText, body_text, declared_text
 from gateway.config.models import MetaOriginalSpec
 from gateway.failure import Failure, Mode, Recovery, Refusal, TransportKind
 from gateway.json_insert import ObjectText, members_text, scan_document, scan_object_at
+from gateway.json_text import Raw, as_raw, dump
 from gateway.redact import Redactor
 
 JSON_TYPE = "application/json"
@@ -41,7 +41,6 @@ class FailureFacts:
     upstream_status: int | None
     content_type: str = ""
     body: bytes | None = None
-    body_json: Any = None
     transport: TransportKind | None = None
     refusal: Refusal | None = None
     """The gateway answered the request itself: there is no upstream answer at all."""
@@ -235,13 +234,11 @@ def _spliced(
     return b"".join(out)
 
 
-def dump(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
 def _original(facts: FailureFacts, redactor: Redactor | None) -> dict[str, Any] | None:
     """The upstream's body as `meta.original` keeps it: whole, cut or left out (its length
-    said), redacted before it is cut so a secret is never half kept."""
+    said), redacted before it is cut so a secret is never half kept. A JSON body goes in as
+    the JSON it is (its own text when nothing was masked); anything else, `NaN` included,
+    as a string."""
     if facts.transport is not None or facts.body is None:
         return None
     original: dict[str, Any] = {"content_type": facts.content_type or None}
@@ -249,13 +246,12 @@ def _original(facts: FailureFacts, redactor: Redactor | None) -> dict[str, Any] 
     if keep.body == "none":
         return {**original, "body": None, "bytes": len(facts.body)}
     text = declared_text(facts.body, facts.content_type)
+    copied: Raw | str | None = as_raw(text) if redactor is None else redactor.body(text)
+    body: Raw | str = text if copied is None else copied
     if keep.body == "truncated" and len(facts.body) > keep.max_bytes:
-        clean = text if redactor is None else redactor.text(text)
+        clean = body.text if isinstance(body, Raw) else body
         cut = clean.encode("utf-8")[: keep.max_bytes].decode("utf-8", "ignore")
         return {**original, "body": cut, "truncated": True, "bytes": len(facts.body)}
-    body: Any = facts.body_json if redactor is None else redactor.body(text, facts.body_json)
-    if body is None:
-        body = text
     return {**original, "body": body}
 
 

@@ -21,9 +21,10 @@ from gateway.classify import Observation, Verdict
 from gateway.classify.observation import carries_idempotency_key
 from gateway.config.loaded import LoadedConfig
 from gateway.enrich import Enricher, FailureContext, as_route_answers
-from gateway.envelope import JSON_TYPE, Rendering, dump
+from gateway.envelope import JSON_TYPE, Rendering
 from gateway.failure import Mode, Recovery, TransportKind
 from gateway.header_names import ACCEPT, REQUEST_ID
+from gateway.json_text import dump
 from gateway.mcp.jsonrpc import Pending, encode
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.failure_path import apply_rendering, matchable, synthesised

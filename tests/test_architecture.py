@@ -39,6 +39,7 @@ LAYERS = {
     "gateway.listeners": 0,
     "gateway.body_text": 0,
     "gateway.json_insert": 0,
+    "gateway.json_text": 0,
     "gateway.accept": 0,
     "gateway.config": 1,
     "gateway.reload": 1,

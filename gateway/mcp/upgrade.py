@@ -17,8 +17,9 @@ from typing import Any, Protocol
 from gateway.classify import Observation, Verdict
 from gateway.config.models import McpSpec
 from gateway.enrich import Enricher, FailureContext, Render
-from gateway.envelope import advisory_headers, dump, error_object, failure_object
+from gateway.envelope import advisory_headers, error_object, failure_object
 from gateway.failure import Failure, Mode, Recovery
+from gateway.json_text import dump
 from gateway.mcp.jsonrpc import Pending
 from gateway.mcp.rewrite import (
     guided_tools_list,

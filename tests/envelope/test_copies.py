@@ -249,3 +249,90 @@ async def test_an_mcp_tool_errors_failure_item_is_redacted(tmp_path: Path) -> No
     item = json.loads(content[-1]["text"])["mendpoint_failure"]
     assert PASSWORD not in json.dumps(item) and AWS_KEY not in json.dumps(item)
     assert "password=[REDACTED]" in item["error"]["message"]
+
+
+STRIPE_KEY = "sk_live_51H8xyzABCdefGHIjklMNOpq1234"
+NPM_TOKEN = "npm_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+# The bodies that leaked before, as upstreams sent them: (status, content type, body, secret)
+LEAKS: dict[str, tuple[int, str, Any, str]] = {
+    "stripe": (
+        401,
+        "application/json",
+        {"error": {"message": f"Invalid API key provided: {STRIPE_KEY}"}},
+        STRIPE_KEY,
+    ),
+    "npm": (
+        401,
+        "text/plain",
+        f"npm ERR! code E401\nnpm ERR! This token seems to be invalid: {NPM_TOKEN}",
+        NPM_TOKEN[4:],
+    ),
+    "database url": (
+        500,
+        "text/plain",
+        "could not connect to mysql://admin:DbPa55word@db.internal/shop",
+        "DbPa55word",
+    ),
+    "json in a string": (
+        500,
+        "application/json",
+        {"message": "upstream failed", "detail": json.dumps({"password": "hunter2pass"})},
+        "hunter2pass",
+    ),
+    "multi-word": (
+        500,
+        "application/json",
+        {"message": "login failed", "password": "correct horse battery staple"},
+        "horse battery",
+    ),
+    "list": (
+        500,
+        "application/json",
+        {"message": "forbidden", "headers": {"x-api-key": [STRIPE_KEY]}},
+        STRIPE_KEY,
+    ),
+    "yaml": (
+        500,
+        "text/plain",
+        "config error in:\ndb:\n  password:\n    hunter2pass\n",
+        "hunter2pass",
+    ),
+}
+
+
+async def test_what_leaked_before_reaches_no_copy(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    """Each body through a real gateway: the envelope's message, fields and meta.original,
+    and the unmatched-error signatures the admin listener's /gaps lists."""
+
+    async def leak(request: web.Request) -> web.Response:
+        status, content_type, body, _ = LEAKS[request.match_info["case"]]
+        text = body if isinstance(body, str) else json.dumps(body)
+        return web.Response(status=status, text=text, content_type=content_type)
+
+    app = web.Application()
+    app.router.add_get("/{case}", leak)
+    upstream = await start_upstream(app)
+    gateway = await start_gateway(route_config(upstream, mode="envelope"), admin="127.0.0.1:0")
+    for case, (status, _, _, secret) in LEAKS.items():
+        direct = await get(f"{upstream}/{case}")
+        assert secret in direct[2].decode()  # the upstream leaks it
+        answer_status, content_type, body = await get(f"{gateway.url}/{case}")
+        assert (answer_status, content_type) == (status, "application/json")
+        assert secret not in body.decode(), (case, body)
+        assert "[REDACTED]" in copied(json.loads(body)), case
+    assert gateway.server.admin_address is not None
+    host, port = gateway.server.admin_address
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{host}:{port}/gaps") as answer,
+    ):
+        gaps = await answer.text()
+    texts = {entry["signature"] for entry in json.loads(gaps)["signatures"]}
+    assert {  # default rules' work, each a gap; the messages keep what is not secret
+        "Invalid API key provided: [REDACTED]",
+        "could not connect to mysql://admin:[REDACTED]@db.internal/shop",
+    } <= texts, texts
+    for case, (_, _, _, secret) in LEAKS.items():
+        assert secret not in gaps, (case, gaps)

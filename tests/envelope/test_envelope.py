@@ -56,7 +56,6 @@ def facts(body: Any = None, **kwargs: Any) -> FailureFacts:
         upstream_status=400,
         content_type="application/json",
         body=raw,
-        body_json=body,
         **kwargs,
     )
 
