@@ -112,7 +112,12 @@ async def explain(
 ) -> Explanation:
     routes = RouteTable(loaded.config.routes)
     path = sample.path.partition("?")[0]
-    route = routes.find(path)
+    route, forwarded = routes.resolve(sample.path)
+    if forwarded is None:
+        raise SampleError(
+            f"the gateway refuses {sample.path!r} itself (400 UNSAFE_PATH): it leaves its "
+            "route, or reads as another path (docs/transparency.md#paths)"
+        )
     if route is None:
         raise SampleError(f"no route's prefix matches {sample.path!r}")
     enricher = enricher or Enricher.offline(loaded)

@@ -82,6 +82,7 @@ class Refusal(StrEnum):
     (docs/transparency.md#the-gateways-own-answers)."""
 
     NO_ROUTE = "no_route"
+    UNSAFE_PATH = "unsafe_path"
     BODY_TOO_LARGE = "body_too_large"
     BODY_TIMEOUT = "body_timeout"
     UNDECODABLE_BODY = "undecodable_body"
@@ -101,6 +102,7 @@ class Refusal(StrEnum):
 
 _REFUSAL_STATUS = {
     Refusal.NO_ROUTE: 404,
+    Refusal.UNSAFE_PATH: 400,
     Refusal.BODY_TOO_LARGE: 413,
     Refusal.BODY_TIMEOUT: 408,
     Refusal.UNDECODABLE_BODY: 415,

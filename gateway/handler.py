@@ -36,8 +36,8 @@ async def expect(request: web.Request) -> None:
     value = request.headers.get(hdrs.EXPECT, "")
     if value.lower() != CONTINUE:
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {value}")
-    route = request.app[STATE].current.routes.find(request_target(request).partition("?")[0])
-    if route is not None and route.spec.type == "mcp":
+    route, forwarded = request.app[STATE].current.routes.resolve(request_target(request))
+    if route is not None and route.spec.type == "mcp" and forwarded is not None:
         await send_continue(request)
 
 
@@ -65,15 +65,18 @@ async def dispatch(
     request: web.Request, state: GatewayState, record: AccessRecord, target: str
 ) -> web.StreamResponse:
     """The route for the target and the data path for its type."""
-    raw_path = target.partition("?")[0]
-    refusal = path_refusal(raw_path, request.path)
+    refusal = path_refusal(target.partition("?")[0], request.path)
     if refusal is not None:
         return await refuse_unrouted(request, state, record, refusal)
-    route = state.routes.find(raw_path)
+    route, forwarded = state.routes.resolve(target)
     if route is None:
-        return await refuse_unrouted(request, state, record)
+        refusal = Refusal.NO_ROUTE if forwarded is not None else Refusal.UNSAFE_PATH
+        return await refuse_unrouted(request, state, record, refusal)
     record.route = route.spec.name
     ctx = RequestContext(request, state, route, record)
+    if forwarded is None:  # the path leaves its route in some reading (docs/transparency.md#paths)
+        return await refuse(ctx, Refusal.UNSAFE_PATH)
+    target = forwarded
     declared = request.content_length
     if declared is not None and declared > state.loaded.config.limits.max_request_body_bytes:
         return await refuse(ctx, Refusal.BODY_TOO_LARGE)

@@ -69,6 +69,21 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
             message="No route of this gateway serves this path",
             suggestion="Check the request path against the API's documented base path",
         ),
+        # A path that leaves its route once resolved, or that a server behind the gateway
+        # could read as another path (docs/transparency.md#paths). Like NO_ROUTE, it names
+        # no route.
+        Refusal.UNSAFE_PATH: ErrorSpec(
+            code="UNSAFE_PATH",
+            category=Category.VALIDATION_ERROR,
+            message=(
+                "The request path leaves the route it names once its dot segments are "
+                "resolved, or a server that decodes it would read another path"
+            ),
+            fix_required=(
+                "Send the path as a browser would: '.' and '..' segments (also as %2E) "
+                "resolved, and no %2F, %5C, backslash or ';' that would make one, then reissue"
+            ),
+        ),
         Refusal.BODY_TOO_LARGE: ErrorSpec(
             code="PAYLOAD_TOO_LARGE",
             category=Category.PAYLOAD_TOO_LARGE,

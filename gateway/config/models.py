@@ -288,6 +288,26 @@ class MetaOriginalSpec(Strict):
     max_bytes: int = Field(default=4096, ge=64, le=1_048_576)
 
 
+DotSegments = Literal["resolve", "refuse"]
+EscapedSlashes = Literal["keep", "refuse", "decode"]
+
+
+class PathSpec(Strict):
+    """How a route reads request paths (docs/configuration.md#paths). The defaults keep
+    every path a client library sends as it was sent, and refuse those that would leave the
+    route for some server behind it."""
+
+    dot_segments: DotSegments = "resolve"
+    escaped_slashes: EscapedSlashes = "keep"
+    merge_slashes: bool = False
+    case_sensitive: bool = False
+
+
+# A prefix is a plain path: segments of RFC 3986 characters that no server reads otherwise
+# (no %-escape, backslash or `;`), none of them empty, `.` or `..`.
+_PREFIX = re.compile(r"^/([A-Za-z0-9\-._~!$&'()*+,=:@]+(/[A-Za-z0-9\-._~!$&'()*+,=:@]+)*/?)?$")
+
+
 class RouteSpec(Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     prefix: str = Field(default="/", pattern=r"^/")
@@ -322,6 +342,20 @@ class RouteSpec(Strict):
     # Upstream connections this route's requests may hold at once (streams apart); None: as
     # many as limits.max_upstream_connections (docs/transparency.md#fair-shares-of-the-pool).
     max_connections: int | None = Field(default=None, ge=1)
+    path: PathSpec = Field(default_factory=PathSpec)
+
+    @field_validator("prefix")
+    @classmethod
+    def _plain_prefix(cls, value: str) -> str:
+        """A prefix every server reads the same way, so a path matches it or does not."""
+        segments = value.strip("/").split("/")
+        if not _PREFIX.match(value) or any(s in (".", "..") for s in segments):
+            raise ValueError(
+                f"{value!r} must be a plain path: ASCII letters, digits and -._~!$&'()*+,=:@ "
+                "in segments separated by single slashes, with no %-escapes, backslashes, "
+                "';', '.' or '..' segments"
+            )
+        return value
 
     @field_validator("upstream", "public_url")
     @classmethod

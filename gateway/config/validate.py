@@ -61,7 +61,7 @@ def _route_problems(loaded: LoadedConfig) -> list[Problem]:
     problems: list[Problem] = []
     doc = loaded.docs.get(loaded.source)
     names: set[str] = set()
-    prefixes: set[str] = set()
+    prefixes: dict[str, str] = {}
     for index, route in enumerate(loaded.config.routes):
         at = ("routes", index)
         if route.name in names:
@@ -73,17 +73,26 @@ def _route_problems(loaded: LoadedConfig) -> list[Problem]:
                     f"duplicate route name {route.name!r}",
                 )
             )
-        if route.prefix in prefixes:
+        # Prefixes match whatever the case and a trailing slash (docs/configuration.md#paths)
+        key = (route.prefix.rstrip("/") or "/").lower()
+        if key in prefixes:
+            same = prefixes[key]
             problems.append(
                 Problem(
                     loaded.source,
                     doc.line_of((*at, "prefix")) if doc else None,
                     f"routes[{index}].prefix",
-                    f"another route already has prefix {route.prefix!r}",
+                    f"another route already has prefix {same!r}"
+                    + (
+                        ""
+                        if same == route.prefix
+                        else f" ({route.prefix!r} matches the same paths: case and a "
+                        "trailing slash do not count)"
+                    ),
                 )
             )
         names.add(route.name)
-        prefixes.add(route.prefix)
+        prefixes.setdefault(key, route.prefix)
     return problems
 
 

@@ -1,10 +1,10 @@
 """The gateway's own answers: a request it refuses itself, rendered like any other failure.
 
-No route (404), a path with an encoded control character (400), a request body over
-`limits.max_request_body_bytes` (413) or too slow (408) or, where the gateway reads it (MCP
-routes), in a coding it cannot undo (415), a request head over the size limits (431, 414)
-or malformed (400), the connection cap (503), no upstream connection in time under the
-gateway's own limits on them (503):
+No route (404), a path with an encoded control character (400), a path that leaves its
+route or reads as another (400), a request body over `limits.max_request_body_bytes` (413)
+or too slow (408) or, where the gateway reads it (MCP routes), in a coding it cannot undo
+(415), a request head over the size limits (431, 414) or malformed (400), the connection cap
+(503), no upstream connection in time under the gateway's own limits on them (503):
 no upstream is asked, but the caller gets the same shapes as for any failure, through the
 one enrichment step (`gateway.enrich`, with the built-in rules of `classify.refusals`). In
 `original` mode, and whenever enrichment fails open, the answer is the short plain text it
@@ -45,6 +45,7 @@ NO_ROUTE = "-"
 
 PLAIN = {
     Refusal.NO_ROUTE: "No route for this path\n",
+    Refusal.UNSAFE_PATH: "Request path leaves its route or is ambiguous\n",
     Refusal.BODY_TOO_LARGE: "Request body too large\n",
     Refusal.BODY_TIMEOUT: "Request body not received in time\n",
     Refusal.UNDECODABLE_BODY: "Request body in a Content-Encoding the gateway cannot read\n",
@@ -70,7 +71,8 @@ async def refuse_unrouted(
     refusal: Refusal = Refusal.NO_ROUTE,
 ) -> web.Response:
     """A request refused before any route applies (a path no route serves, a path that is
-    no path): `default_mode`, or the mode the request asks for."""
+    no path, an unsafe path whose spelling names no route): `default_mode`, or the mode the
+    request asks for."""
     mode = asked_mode(state.loaded.config.default_mode, request.headers.get(ERROR_FORMAT))
     ctx = unrouted_context(mode, record.request_id, record.started, record)
     obs = Observation(route=NO_ROUTE, method=request.method, path=request.path, refusal=refusal)

@@ -336,8 +336,13 @@ def test_explain_usage_errors(config: Path, cli: Run, args: list[str], expected:
     [
         (["--body", "nope"], "mendpoint: [Errno 2] No such file or directory: 'nope'"),
         (["--path", "/elsewhere"], "mendpoint: no route's prefix matches '/elsewhere'"),
+        (
+            ["--path", "/v1/../admin"],
+            "mendpoint: the gateway refuses '/v1/../admin' itself (400 UNSAFE_PATH): it "
+            "leaves its route, or reads as another path (docs/transparency.md#paths)",
+        ),
     ],
-    ids=["missing-body-file", "no-route"],
+    ids=["missing-body-file", "no-route", "unsafe-path"],
 )
 def test_explain_bad_sample(tmp_path: Path, cli: Run, args: list[str], expected: str) -> None:
     (tmp_path / "one.yaml").write_text(

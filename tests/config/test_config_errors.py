@@ -398,6 +398,37 @@ CASES: dict[str, Bad] = {
         "gateway.yaml:6: routes[1].prefix",
         "another route already has prefix '/'",
     ),
+    "duplicate-route-prefix-in-another-case": Bad(
+        HEAD.replace("api", "v2") + "    prefix: /V2\n"
+        "  - name: other\n    upstream: http://127.0.0.1:9001\n    prefix: /v2/\n",
+        "gateway.yaml:7: routes[1].prefix",
+        "another route already has prefix '/V2' ('/v2/' matches the same paths",
+    ),
+    "route-prefix-with-dot-segment": Bad(
+        HEAD + "    prefix: /v1/../admin\n",
+        "gateway.yaml:4: routes[0].prefix",
+        "must be a plain path",
+    ),
+    "route-prefix-with-encoded-slash": Bad(
+        HEAD + "    prefix: /a%2Fb\n",
+        "gateway.yaml:4: routes[0].prefix",
+        "no %-escapes",
+    ),
+    "route-prefix-with-empty-segment": Bad(
+        HEAD + "    prefix: //admin\n",
+        "gateway.yaml:4: routes[0].prefix",
+        "single slashes",
+    ),
+    "route-prefix-with-parameter": Bad(
+        HEAD + "    prefix: /api;v=1\n",
+        "gateway.yaml:4: routes[0].prefix",
+        "must be a plain path",
+    ),
+    "route-path-unknown-escaped-slashes": Bad(
+        HEAD + "    path: {escaped_slashes: unescape}\n",
+        "gateway.yaml:4: routes[0].path.escaped_slashes",
+        "'keep', 'refuse' or 'decode'",
+    ),
     "duplicate-route-name-not-first-key": Bad(
         HEAD + "  - prefix: /v2\n    name: api\n    upstream: http://127.0.0.1:9001\n",
         "gateway.yaml:5: routes[1].name",

