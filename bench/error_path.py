@@ -24,11 +24,11 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from bench import fixtures
 from gateway.classify import Observation
 from gateway.config.loader import load_config
-from gateway.enrich import Enricher, FailureContext
+from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Mode
-from gateway.logs import AccessRecord
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
+from gateway.telemetry.logs import AccessRecord
 
 HEADERS = CIMultiDictProxy(
     CIMultiDict(

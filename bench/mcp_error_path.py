@@ -28,15 +28,15 @@ from pathlib import Path
 from bench.mcp_bench import mendpoint_config
 from bench.mcp_server import PATH, TOOL, answer, dump, missing_path, ok_path
 from gateway.config.loader import load_config
-from gateway.enrich import Enricher, FailureContext
+from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Mode
-from gateway.logs import AccessRecord
+from gateway.feedback.signatures import SignatureBook
+from gateway.mcp.correlation import Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import Pending, RequestTable, request_key
-from gateway.mcp.tracking import Tracker, rewrite_payload
 from gateway.mcp.upgrade import Upgrader
 from gateway.resolve.callers import ANONYMOUS
 from gateway.resolve.service import Situation
-from gateway.signatures import SignatureBook
+from gateway.telemetry.logs import AccessRecord
 
 ROUTE = "tools"
 PENDING = Pending("tools/call", TOOL)

@@ -20,11 +20,12 @@ ERROR_FORMAT = "X-Error-Format"
 
 ACCEPT = "Accept"
 """Read on failures only: a client that prefers JSON gets an HTML or text error as the
-envelope (`gateway/accept.py`, `routes[].json_for_json_clients`)."""
+envelope (`gateway/text/accept.py`, `routes[].json_for_json_clients`)."""
 
 RELAYED_PEER = "X-Mendpoint-Peer"
 """Under `serve --workers`: the client's TCP peer, as the worker that relayed a bridge request
-to the session's owner saw it. Believed only on the sibling socket (`gateway.trust.from_sibling`);
-set by the relaying worker, replacing whatever the client sent."""
+to the session's owner saw it. Believed only on the sibling socket
+(`gateway.config.trust.from_sibling`); set by the relaying worker, replacing whatever the
+client sent."""
 
 __all__ = ["ACCEPT", "ERROR_FORMAT", "MCP_SESSION_ID", "RELAYED_PEER", "REQUEST_ID"]

@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.app import GatewayServer
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
+from gateway.serve.app import GatewayServer
 from tests.support.frameworks import FrameworkApp, node_app, python_app, running
 from tests.support.gateway import (
     RawHandler,

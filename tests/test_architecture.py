@@ -1,7 +1,9 @@
 """The shape of the package: imports point one way and never go round in a circle.
 
-Layers, low to high: failure → config → classify/resolve → envelope → enrich → proxy → mcp →
-handler → app → cli. A module may import its own layer or lower ones, never a higher one.
+The layers are the packages, low to high, in the order a request meets them: vocabulary
+(`failure`, `header_names`, `fence/`) → `text/`, `telemetry/` → `config/` → `classify/`,
+`resolve/` → `feedback/` → `enrich/` → the transports `proxy/`, `mcp/` → `offline/` → `serve/` →
+`cli/`. A module may import its own layer or lower ones, never a higher one.
 
 The import graph is module to module over gateway/: `from gateway.x import y` is an edge to the
 module `gateway.x.y` when that is a module and to `gateway.x` otherwise, and relative imports
@@ -24,43 +26,28 @@ import pytest
 from tests.support.paths import PACKAGE
 
 LAYERS = {
+    # vocabulary: the words every layer uses, and the fence around other projects' internals
     "gateway": 0,
     "gateway.failure": 0,
     "gateway.header_names": 0,
-    "gateway.observe": 0,
-    "gateway.streams": 0,
-    "gateway.logs": 0,
-    "gateway.runtime": 0,
-    "gateway.signatures": 0,
-    "gateway.followups": 2,
-    "gateway.redact": 2,
-    "gateway.capture": 2,
-    "gateway.trust": 0,
-    "gateway.listeners": 0,
-    "gateway.body_text": 0,
-    "gateway.json_insert": 0,
-    "gateway.json_text": 0,
-    "gateway.accept": 0,
-    "gateway.config": 1,
-    "gateway.reload": 1,
-    "gateway.classify": 2,
-    "gateway.resolve": 2,
-    "gateway.envelope": 3,
-    "gateway.answer_cache": 3,
-    "gateway.enrich": 4,
-    "gateway.proxy": 5,
-    "gateway.mcp": 6,
-    "gateway.handler": 7,
-    "gateway.explain": 7,
-    "gateway.fixtures": 7,
-    "gateway.retrofit": 7,
-    "gateway.schema": 7,
-    "gateway.admin": 7,
-    "gateway.app": 8,
-    "gateway.workers": 9,
-    "gateway.supervisor": 9,
-    "gateway.cli": 9,
-    "gateway.__main__": 10,
+    "gateway.fence": 0,
+    # text helpers and telemetry (metrics, logs) that any layer may call
+    "gateway.text": 1,
+    "gateway.telemetry": 1,
+    "gateway.config": 2,
+    "gateway.classify": 3,
+    "gateway.resolve": 3,
+    # what failures teach operators: captures, signatures, follow-ups
+    "gateway.feedback": 4,
+    # the transport-neutral step: classify, resolve, render under a budget
+    "gateway.enrich": 5,
+    # the transports
+    "gateway.proxy": 6,
+    "gateway.mcp": 7,
+    "gateway.offline": 8,
+    "gateway.serve": 9,
+    "gateway.cli": 10,
+    "gateway.__main__": 11,
 }
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
@@ -196,7 +183,7 @@ def test_only_observe_may_import_prometheus() -> None:
     offenders = [
         module_name(p)
         for p in MODULES
-        if "prometheus_client" in p.read_text() and module_name(p) != "gateway.observe"
+        if "prometheus_client" in p.read_text() and module_name(p) != "gateway.telemetry.metrics"
     ]
     assert offenders == []
 

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.classify.observation import Observation
-from gateway.classify.refusals import refusal_rules, route_connection_rules
-from gateway.classify.render_failure import build_failure
+from gateway.classify.own_failures import refusal_rules, route_connection_rules
 from gateway.classify.rules import CompiledRule, compile_rule
+from gateway.classify.templates import build_failure
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import Failure, Refusal, TransportKind

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.classify.text import clean_text
 from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.models import FieldsSpec
 from gateway.failure import FieldError
+from gateway.text.safe_text import clean_text
 
 MAX_FIELDS = 20
 FIELD_LIMIT = 200

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.body_text import declared_text
 from gateway.failure import Refusal, TransportKind
+from gateway.text.body_text import declared_text
 
 _UNSET: Any = object()
 IDEMPOTENCY_KEY = "Idempotency-Key"
@@ -56,7 +56,7 @@ class Observation:
         """The Unix time, read once: a retry hint given as an instant (an HTTP-date) needs it.
 
         Reading it makes the verdict depend on when it was made (`clock_read`): the answer
-        cache never keeps such a verdict (gateway/answer_cache.py).
+        cache never keeps such a verdict (gateway/enrich/answer_cache.py).
         """
         if self.instant is None:
             self.instant = time.time()
@@ -75,7 +75,7 @@ class Observation:
     @property
     def text(self) -> str | None:
         """The body as text in the charset it declares (a BOM, else Content-Type's, else
-        UTF-8; gateway.body_text), invalid UTF-8 replaced; None when unavailable."""
+        UTF-8; gateway.text.body_text), invalid UTF-8 replaced; None when unavailable."""
         if self._text is _UNSET:
             self._text = None if self.body is None else declared_text(self.body, self.content_type)
         result: str | None = self._text

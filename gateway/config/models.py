@@ -14,8 +14,8 @@ import regex
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.config.jsonpath import parse_json_path
+from gateway.config.trust import parse_network
 from gateway.failure import Category, Mode, TransportKind
-from gateway.trust import parse_network
 
 _CODE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
 _INTENT = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
@@ -612,7 +612,7 @@ class FollowupsSpec(Strict):
     window_s: float = Field(default=300, gt=0, le=86_400)
     max_tracked: int = Field(default=100_000, ge=1, le=10_000_000)
     # The memory the open failures may hold, counted at their measured size
-    # (gateway.followups.entry_bytes); whichever of the two bounds is reached first evicts.
+    # (gateway.feedback.followups.entry_bytes); whichever of the two bounds is reached first evicts.
     max_bytes: int = Field(default=16 << 20, ge=64 << 10, le=4 << 30)
 
 

@@ -42,6 +42,7 @@ from gateway.mcp.bridge_sessions import (
     SessionsFull,
     Waiter,
 )
+from gateway.mcp.correlation import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,
@@ -51,10 +52,9 @@ from gateway.mcp.jsonrpc import (
     requests_in,
 )
 from gateway.mcp.rpc_errors import PARSE_ERROR, SERVER_ERROR, SESSION_NOT_FOUND, rpc_refusal
-from gateway.mcp.tracking import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.context import RequestContext
-from gateway.proxy.failure_path import answer_transport_failure
+from gateway.proxy.http_failure import answer_transport_failure
 
 log = logging.getLogger("mendpoint.mcp")
 

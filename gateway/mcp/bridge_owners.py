@@ -25,9 +25,9 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.fence.aiohttp_private import SiblingConnector
 from gateway.header_names import RELAYED_PEER, REQUEST_ID
 from gateway.mcp.rpc_errors import SESSION_NOT_FOUND, rpc_refusal
-from gateway.proxy.aiohttp_private import SiblingConnector
 
 log = logging.getLogger("mendpoint.mcp")
 

@@ -24,9 +24,11 @@ from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
 from gateway.failure import Refusal, TransportKind
+from gateway.fence.aiohttp_private import RelayResponse
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp import cors, oauth
 from gateway.mcp.bridge_http import serve_bridge
+from gateway.mcp.correlation import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestTable,
     parse_message,
@@ -34,22 +36,20 @@ from gateway.mcp.jsonrpc import (
 )
 from gateway.mcp.origin import refusal
 from gateway.mcp.rpc_errors import SERVER_ERROR, rpc_refusal
-from gateway.mcp.runtime import MCP_RUNTIME
+from gateway.mcp.sessions_state import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
-from gateway.mcp.tracking import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.upgrade import Upgrader
-from gateway.proxy.aiohttp_private import RelayResponse
 from gateway.proxy.body import Undecodable, decode_content
-from gateway.proxy.client import UpstreamResponse
 from gateway.proxy.context import RequestContext
-from gateway.proxy.failure_path import answer_transport_failure
 from gateway.proxy.forward import plain
 from gateway.proxy.headers import client_response_headers, visible_ascii
-from gateway.proxy.refusals import refuse
+from gateway.proxy.http_failure import answer_transport_failure
+from gateway.proxy.own_answers import refuse
 from gateway.proxy.relay import relay
 from gateway.proxy.rewritten_headers import drop_body_bound
-from gateway.proxy.upstream import UPSTREAM_ERRORS, call_upstream, transport_kind
-from gateway.streams import read_capped
+from gateway.proxy.upstream.call import UPSTREAM_ERRORS, call_upstream, transport_kind
+from gateway.proxy.upstream.client import UpstreamResponse
+from gateway.text.capped_read import read_capped
 
 log = logging.getLogger("mendpoint.mcp")
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.loaded import LoadedConfig
-from gateway.enrich import Enricher, FailureContext
+from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Failure, Mode
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (

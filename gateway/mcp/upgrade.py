@@ -3,7 +3,7 @@
 Takes a decoded response and the request it answers; returns an `Outcome` (the new message,
 or only advisory headers in `headers` mode) or None to send the server's bytes unchanged.
 Classification, resolution, the budget, fail-open and counting are the one step every
-transport shares (`gateway.enrich`); this module only says what an MCP failure looks like to
+transport shares (`gateway.enrich.step`); this module only says what an MCP failure looks like to
 the rules and how an upgraded tool result or JSON-RPC error is written (docs/mcp.md).
 """
 
@@ -16,10 +16,9 @@ from typing import Any, Protocol
 
 from gateway.classify import Observation, Verdict
 from gateway.config.models import McpSpec
-from gateway.enrich import Enricher, FailureContext, Render
-from gateway.envelope import advisory_headers, error_object, failure_object
+from gateway.enrich.envelope import advisory_headers, error_object, failure_object
+from gateway.enrich.step import Enricher, FailureContext, Render
 from gateway.failure import Failure, Mode, Recovery
-from gateway.json_text import dump
 from gateway.mcp.jsonrpc import Pending
 from gateway.mcp.rewrite import (
     guided_tools_list,
@@ -30,6 +29,7 @@ from gateway.mcp.rewrite import (
     upgraded_tool_result,
 )
 from gateway.resolve.service import Situation
+from gateway.text.json_text import dump
 
 log = logging.getLogger("mendpoint.mcp")
 

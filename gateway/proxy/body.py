@@ -2,7 +2,7 @@
 
 `RequestBody` relays the client's body to the upstream chunk by chunk under a size cap and a
 per-chunk stall timeout, and remembers why it stopped so the handler can answer 413 or 408
-instead of blaming the upstream. Error bodies are read with `gateway.streams.read_capped`.
+instead of blaming the upstream. Error bodies are read with `gateway.text.capped_read.read_capped`.
 `decode_content` undoes the content codings of a body the gateway must read itself (an error
 body for the rules, an MCP request for its JSON-RPC messages); what is forwarded stays the
 bytes as they were sent.

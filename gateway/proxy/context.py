@@ -18,7 +18,8 @@ from multidict import CIMultiDict
 
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
-from gateway.enrich import (
+from gateway.config.trust import from_sibling
+from gateway.enrich.step import (
     NO_ROUTE_ANSWERS,
     CaptureSink,
     FailureContext,
@@ -27,15 +28,14 @@ from gateway.enrich import (
 )
 from gateway.failure import Mode
 from gateway.header_names import ACCEPT, ERROR_FORMAT, RELAYED_PEER, REQUEST_ID
-from gateway.logs import AccessRecord
-from gateway.observe import FallbackReason
-from gateway.proxy.client import ResponseDeadline
 from gateway.proxy.headers import visible_ascii
 from gateway.proxy.routes import Route, choose_mode
 from gateway.proxy.state import CAPTURES, SIGNATURES, GatewayState
+from gateway.proxy.upstream.client import ResponseDeadline
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
-from gateway.trust import from_sibling
+from gateway.telemetry.logs import AccessRecord
+from gateway.telemetry.metrics import FallbackReason
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The HTTP data path of a `type: http` route: forward once, stream a success, enrich a failure.
 
-Request in (routed by `gateway.handler`) → forward (exactly one upstream request, through
+Request in (routed by `gateway.serve.handler`) → forward (exactly one upstream request, through
 `proxy.upstream.call_upstream`, which MCP routes share) → success:
 stream status, headers and body back untouched → failure: `failure_path` reads the error body
 within the cap, classifies, resolves and renders for the mode, failing open to the original
@@ -20,12 +20,12 @@ from gateway.failure import Refusal, TransportKind
 from gateway.header_names import REQUEST_ID
 from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.proxy.context import RequestContext, echo_request_id
-from gateway.proxy.failure_path import answer_transport_failure, answer_upstream_failure
 from gateway.proxy.headers import client_response_headers
-from gateway.proxy.refusals import refuse
+from gateway.proxy.http_failure import answer_transport_failure, answer_upstream_failure
+from gateway.proxy.own_answers import refuse
 from gateway.proxy.relay import relay, relay_interim
 from gateway.proxy.tunnel import WEBSOCKET, tunnel, websocket_upgrade
-from gateway.proxy.upstream import call_upstream
+from gateway.proxy.upstream.call import call_upstream
 
 log = logging.getLogger("mendpoint.proxy")
 

@@ -2,7 +2,7 @@
 
 Hop-by-hop headers, and any header the sender names in `Connection`, describe one
 connection and must not cross the proxy in either direction. The forwarding headers tell the
-upstream who really called. From a trusted proxy (`trusted_proxies`, gateway.trust) they are
+upstream who really called. From a trusted proxy (`trusted_proxies`, gateway.config.trust) they are
 kept and appended to: `X-Forwarded-For` gains the peer, `Forwarded` gains this hop's element,
 and the others pass as the proxy set them. From anyone else they are the client's own claims:
 `X-Forwarded-For` is appended to, `X-Forwarded-Host`/`-Proto` and `Forwarded` are replaced,
@@ -135,7 +135,7 @@ def upstream_request_headers(
 ) -> CIMultiDict[str]:
     """The headers sent upstream: end-to-end ones plus honest forwarding information.
 
-    `trusted` says the peer is a trusted proxy (gateway.trust), whose forwarding headers
+    `trusted` says the peer is a trusted proxy (gateway.config.trust), whose forwarding headers
     describe the original client and are kept; otherwise they are replaced or dropped.
     """
     drop = DROPPED_FROM_TRUSTED if trusted else DROPPED_ON_REQUEST

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 from aiohttp import HttpVersion11, StreamReader, hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.proxy.aiohttp_private import OneWriteResponse, RelayResponse
-from gateway.proxy.client import UpstreamResponse
+from gateway.fence.aiohttp_private import OneWriteResponse, RelayResponse
 from gateway.proxy.headers import client_response_headers
-from gateway.proxy.upstream import UPSTREAM_ERRORS
+from gateway.proxy.upstream.call import UPSTREAM_ERRORS
+from gateway.proxy.upstream.client import UpstreamResponse
 
 log = logging.getLogger("mendpoint.proxy")
 

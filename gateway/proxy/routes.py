@@ -19,8 +19,8 @@ from yarl import URL
 
 from gateway.config.models import RouteSpec
 from gateway.failure import Mode
-from gateway.proxy.client import Origin
 from gateway.proxy.request_path import DEFAULT_RULES, PathRules, is_plain, read
+from gateway.proxy.upstream.client import Origin
 
 log = logging.getLogger("mendpoint")
 

@@ -10,17 +10,17 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.capture import Captures
 from gateway.classify import Classifier
+from gateway.classify.redact import Redactor
 from gateway.config.loaded import LoadedConfig
-from gateway.enrich import Enricher
-from gateway.proxy.client import UpstreamClient
+from gateway.config.trust import TrustedProxies
+from gateway.enrich.step import Enricher
+from gateway.feedback.capture import Captures
+from gateway.feedback.signatures import SignatureBook
 from gateway.proxy.routes import RouteTable
-from gateway.redact import Redactor
+from gateway.proxy.upstream.client import UpstreamClient
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
-from gateway.signatures import SignatureBook
-from gateway.trust import TrustedProxies
 
 
 @dataclass(frozen=True, slots=True)

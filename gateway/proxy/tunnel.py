@@ -24,11 +24,11 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.http import StreamWriter
 from aiohttp.streams import StreamReader
 
-from gateway.observe import TUNNELS_CLOSED, TUNNELS_OPENED
-from gateway.proxy.aiohttp_private import RelayResponse
-from gateway.proxy.client import UpstreamResponse
+from gateway.fence.aiohttp_private import RelayResponse
 from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.headers import client_response_headers
+from gateway.proxy.upstream.client import UpstreamResponse
+from gateway.telemetry.metrics import TUNNELS_CLOSED, TUNNELS_OPENED
 
 log = logging.getLogger("mendpoint.proxy")
 

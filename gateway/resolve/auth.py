@@ -18,7 +18,7 @@ import os
 import time
 
 from gateway.config.secrets import TokenError, read_tokens
-from gateway.observe import RESOLVER_AUTH_FAILURES
+from gateway.telemetry.metrics import RESOLVER_AUTH_FAILURES
 
 log = logging.getLogger("mendpoint.resolver")
 RECHECK_S = 1.0
@@ -36,7 +36,7 @@ def _mark(path: str) -> tuple[int, int, int]:
 class TokenFile:
     """The tokens a listener accepts, kept in step with the file that holds them: the
     resolver's (`--token-file`) and the gateway's admin listener's (`admin_token_file`,
-    gateway.admin).
+    gateway.serve.admin).
 
     A file that becomes unreadable or invalid keeps the tokens last read (and says so), so a
     half-written update never locks every gateway (or every scraper) out.

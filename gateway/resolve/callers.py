@@ -4,7 +4,7 @@ Identity comes from one configured source: an API-key header looked up by its SH
 config holds only hashes), or a trusted header that an auth layer in front has set. An unknown
 caller has no scopes. The key itself is hashed on arrival and never stored, logged or sent on.
 
-A trusted header is believed only from a peer in `trusted_proxies` (gateway.trust): a client
+A trusted header is believed only from a peer in `trusted_proxies` (gateway.config.trust): a client
 that reaches the gateway directly could otherwise name itself and grant itself scopes. From
 any other peer the caller is anonymous, and the attempt is counted and logged
 (`SpoofReporter`; docs/security.md). An identity header that comes twice is ambiguous, from
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from multidict import MultiMapping
 
 from gateway.config.models import CallersSpec
-from gateway.observe import SpoofReporter
+from gateway.telemetry.metrics import SpoofReporter
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from gateway.resolve.local import ResolveQuery
-from gateway.resolve.protocol import (
+from gateway.resolve.wire import (
     ResolveRequest,
     ResolveResponse,
     WireCaller,
@@ -27,7 +27,7 @@ from gateway.resolve.protocol import (
     WireFailure,
     WireOption,
 )
-from gateway.streams import read_capped
+from gateway.text.capped_read import read_capped
 
 MAX_RESPONSE_BYTES = 256 * 1024
 

@@ -16,11 +16,11 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gateway.failure import Category
-from gateway.observe import METRICS_CONTENT_TYPE, exposition
 from gateway.resolve.auth import TokenFile, refused
 from gateway.resolve.local import ResolveQuery, resolve_locally
-from gateway.resolve.protocol import ResolveRequest
 from gateway.resolve.service import RecoveryService
+from gateway.resolve.wire import ResolveRequest
+from gateway.telemetry.metrics import METRICS_CONTENT_TYPE, exposition
 
 RESOLVE_PATH = "/v1/resolve"
 MAX_REQUEST_BYTES = 64 * 1024

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
-from gateway.observe import RESOLVER_LATENCY, GapReporter, ResolverOutcome, count_resolution
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery, resolve_locally
@@ -25,6 +24,12 @@ from gateway.resolve.remote import (
     RemoteResolver,
     ResolverUnavailable,
     TTLCache,
+)
+from gateway.telemetry.metrics import (
+    RESOLVER_LATENCY,
+    GapReporter,
+    ResolverOutcome,
+    count_resolution,
 )
 
 log = logging.getLogger("mendpoint.resolve")
@@ -140,7 +145,8 @@ class RecoveryService:
 
     def replayed(self, failure: Failure, recovery: Recovery) -> None:
         """Count a kept local `recovery` for `failure` as `recover` counted it when it was
-        resolved (the answer cache's hits; gateway/answer_cache.py): outcome and catalog gap."""
+        resolved (the answer cache's hits; gateway/enrich/answer_cache.py): outcome and catalog
+        gap."""
         intent = failure.recovery_intent
         if intent is None or self.max_options == 0 or self.remote is not None:
             return

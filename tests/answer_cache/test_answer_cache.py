@@ -18,17 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
 from gateway.classify import Classifier, Observation
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_names, builtin_text, load_config
-from gateway.enrich import Enricher, FailureContext
-from gateway.envelope import Rendering
+from gateway.enrich.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
+from gateway.enrich.envelope import Rendering
+from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import NO_RECOVERY, Mode
-from gateway.fixtures import FixtureCase, load_fixtures, sample_of
-from gateway.logs import AccessRecord
+from gateway.offline.fixtures import FixtureCase, load_fixtures, sample_of
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
+from gateway.telemetry.logs import AccessRecord
 
 NOW = 5000.0
 INTENTS = ("credential_refresh", "input_validation", "payload_reduction")

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from gateway.observe import REGISTRY
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 
 BODY = {"error": {"message": "Widget 7 is out of stock", "type": "stock"}}

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from gateway.classify import Classifier, Observation
-from gateway.classify.render_failure import parse_duration_ms
-from gateway.classify.text import _CONTROL, _SPACES, clean_text
+from gateway.classify.templates import parse_duration_ms
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.failure import TransportKind
+from gateway.text.safe_text import _CONTROL, _SPACES, clean_text
 
 
 def loaded_with(tmp_path: Path, rules: list[dict[str, Any]], **extra: Any) -> LoadedConfig:

@@ -14,7 +14,7 @@ from gateway.config.loader import (
 )
 from gateway.config.models import RulePack
 from gateway.config.yamlsrc import parse_yaml
-from gateway.fixtures import load_fixtures, run_fixtures
+from gateway.offline.fixtures import load_fixtures, run_fixtures
 from tests.support.paths import EXAMPLES
 
 PACKS = builtin_names()

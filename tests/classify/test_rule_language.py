@@ -18,7 +18,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.jsonpath import MAX_VISITS, Wild, parse_json_path
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
-from gateway.fixtures import load_fixtures, run_fixtures
+from gateway.offline.fixtures import load_fixtures, run_fixtures
 from tests.support.gateway import StartGateway, StartUpstream, route_config
 
 FASTAPI_422 = {

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
-from gateway.observe import REGISTRY
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import StartGateway, StartUpstream, route_config
 from tests.support.paths import REPO
 

@@ -14,7 +14,7 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from gateway.schema import KINDS, json_schema, schema_path, schema_text
+from gateway.offline.schema import KINDS, json_schema, schema_path, schema_text
 from tests.support.paths import EXAMPLES, REPO
 
 MAPPINGS = REPO / "mappings"

@@ -21,7 +21,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway.config.models import GatewayConfig, KeysFile, RulePack
-from gateway.fixtures import FixtureFile
+from gateway.offline.fixtures import FixtureFile
 from tests.support.paths import DOCS, REPO, TESTS
 
 

@@ -1,11 +1,11 @@
-"""Which `Accept` values prefer JSON over HTML (gateway/accept.py): the headers real clients
+"""Which `Accept` values prefer JSON over HTML (gateway/text/accept.py): the headers real clients
 send, q-values, wildcards and malformed input."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.accept import parse, prefers_json
+from gateway.text.accept import parse, prefers_json
 
 FIREFOX = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 CHROME = (

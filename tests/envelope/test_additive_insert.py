@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.envelope import additive
+from gateway.enrich.envelope import additive
 from gateway.failure import NO_RECOVERY, Category, Failure
-from gateway.json_insert import scan_document
+from gateway.text.json_insert import scan_document
 
 FAILURE = Failure(
     code="BAD_REQUEST",

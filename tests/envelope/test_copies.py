@@ -16,11 +16,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gateway.classify.redact import Redactor
 from gateway.config.loader import load_config
 from gateway.config.models import RedactionSpec
-from gateway.explain import Sample, explain
 from gateway.failure import Mode
-from gateway.redact import Redactor
+from gateway.offline.explain import Sample, explain
 from tests.support.gateway import StartGateway, StartUpstream, route_config, write_config
 
 PASSWORD = "hunter2-Secret"

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.classify.redact import MASK, Redactor
 from gateway.config.models import RedactionSpec
-from gateway.envelope import FailureFacts, render
+from gateway.enrich.envelope import FailureFacts, render
 from gateway.failure import NO_RECOVERY, Category, Failure, FieldError, Mode
-from gateway.json_text import Raw
-from gateway.redact import MASK, Redactor
+from gateway.text.json_text import Raw
 
 REDACTOR = Redactor.build(RedactionSpec())
 STRIPE = "sk_live_51H8xyzABCdefGHIjklMNOpq1234"

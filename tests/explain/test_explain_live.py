@@ -23,10 +23,10 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.config.loader import builtin_names, builtin_text
-from gateway.explain import Answer, Sample, explain
 from gateway.failure import Mode, TransportKind
-from gateway.fixtures import FixtureCase, load_fixtures, sample_of
 from gateway.mcp.rewrite import TOOL_FAILURE_KEY
+from gateway.offline.explain import Answer, Sample, explain
+from gateway.offline.fixtures import FixtureCase, load_fixtures, sample_of
 from tests.support.gateway import RunningGateway, StartGateway, StartRaw, free_port
 
 CASES = [

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from gateway.config.models import FollowupsSpec
-from gateway.followups import Answered, Attempt, FollowupBook, digest
-from gateway.observe import REGISTRY
+from gateway.feedback.followups import Answered, Attempt, FollowupBook, digest
 from gateway.proxy.context import fresh_request_id
+from gateway.telemetry.metrics import REGISTRY
 
 ROUTE, CODE, RULE = "orders", "RATE_LIMITED", "http-429"
 UNBOUNDED = FollowupsSpec(max_tracked=10_000_000, max_bytes=4 << 30)

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from gateway.cli import main
 from gateway.config.models import FollowupsSpec
-from gateway.followups import (
+from gateway.feedback.followups import (
     Answered,
     Attempt,
     FollowupBook,
@@ -21,7 +21,7 @@ from gateway.followups import (
     merge,
     reading,
 )
-from gateway.observe import REGISTRY
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
 from tests.support.gateway import (
     RunningGateway,

@@ -21,9 +21,9 @@ import pytest
 from mcp import Client
 from pydantic import ValidationError
 
-from gateway.app import GatewayServer
 from gateway.config.loader import load_config
 from gateway.config.models import RouteSpec
+from gateway.serve.app import GatewayServer
 from tests.support.gateway import StartGateway, write_config
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS

@@ -24,8 +24,8 @@ from aiohttp import web
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway import workers
-from gateway.trust import from_sibling
+from gateway.config.trust import from_sibling
+from gateway.serve import workers
 from tests.support.gateway import free_port
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, REPO

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.observe import REGISTRY
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.failopen import STEPS, ask, assert_original, inject_fault
 from tests.support.gateway import RunningGateway, StartGateway, StartRaw, StartUpstream
 from tests.support.mcp import INIT

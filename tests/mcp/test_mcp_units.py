@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from gateway.classify import Observation
 from gateway.config.models import RouteSpec
-from gateway.enrich import FailureContext
+from gateway.enrich.step import FailureContext
 from gateway.failure import Category, Failure, Mode
 from gateway.mcp import oauth
 from gateway.mcp.jsonrpc import (

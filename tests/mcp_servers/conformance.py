@@ -24,9 +24,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.app import GatewayServer
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
+from gateway.serve.app import GatewayServer
 
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "node_modules" / ".bin"

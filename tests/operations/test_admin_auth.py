@@ -23,14 +23,14 @@ import pytest
 import yaml
 from aiohttp import web
 
-from gateway import workers
-from gateway.admin import warn_if_exposed
 from gateway.cli import main
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
 from gateway.config.secrets import ADMIN_TOKEN_ENV
-from gateway.observe import REGISTRY
 from gateway.resolve.auth import TokenFile
+from gateway.serve import workers
+from gateway.serve.admin import warn_if_exposed
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, free_port
 from tests.support.paths import REPO
 

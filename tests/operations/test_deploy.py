@@ -18,8 +18,8 @@ from gateway.cli import _parser
 from gateway.config.loader import load_catalog, load_config
 from gateway.config.models import DEFAULT_ADMIN, ShutdownSpec, parse_host_port
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
-from gateway.listeners import is_loopback
-from gateway.observe import REGISTRY
+from gateway.serve.listeners import is_loopback
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.paths import DEPLOY
 
 MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from gateway import workers
+from gateway.serve import workers
 from tests.support.gateway import StartGateway, StartUpstream, free_port, route_config
 from tests.support.paths import REPO
 

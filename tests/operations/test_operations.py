@@ -14,10 +14,10 @@ import yaml
 from aiohttp import web
 
 from gateway.cli import main
-from gateway.logs import JsonFormatter
-from gateway.observe import REGISTRY
+from gateway.config.watch import ConfigWatcher
 from gateway.proxy.routes import in_rollout
-from gateway.reload import ConfigWatcher
+from gateway.telemetry.logs import JsonFormatter
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 
 

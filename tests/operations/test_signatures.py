@@ -1,4 +1,4 @@
-"""The unmatched-signature masks (gateway/signatures.py) give the same signature as running
+"""The unmatched-signature masks (gateway/feedback/signatures.py) give the same signature as running
 every mask on every message: the digit and changed-whitespace shortcuts only skip work."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import regex
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.signatures import MAX_TEXT, VARIABLE_MASKS, normalise
+from gateway.feedback.signatures import MAX_TEXT, VARIABLE_MASKS, normalise
 
 EVERY_MASK = (*VARIABLE_MASKS, (regex.compile(r"\s+"), " "))
 

@@ -30,9 +30,9 @@ import yaml
 from aiohttp import web
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
-from gateway import supervisor, workers
 from gateway.cli import main
-from gateway.observe import retire_worker
+from gateway.serve import supervisor, workers
+from gateway.telemetry.metrics import retire_worker
 from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
 from tests.support.gateway import StartUpstream, free_port
 from tests.support.paths import REPO
@@ -160,7 +160,10 @@ async def fresh_get(url: str) -> tuple[int, dict[str, Any]]:
 
 
 async def scrape(gateway: Gateway) -> str:
-    async with aiohttp.ClientSession() as session, session.get(gateway.admin + "/metrics") as r:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(gateway.admin + "/metrics") as r,
+    ):
         assert r.status == 200
         return await r.text()
 

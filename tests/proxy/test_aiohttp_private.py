@@ -1,6 +1,6 @@
 """Each private aiohttp name the gateway relies on, checked against the installed aiohttp.
 
-gateway/proxy/aiohttp_private.py is the one module that touches them (the last test here
+gateway/fence/aiohttp_private.py is the one module that touches them (the last test here
 keeps it so). When an aiohttp upgrade removes or changes one, the test named after it fails
 with the name in its message: read that module's docstring for why the name is used, adapt
 it, then widen the aiohttp pin in pyproject.toml.
@@ -30,14 +30,14 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from pytest_aiohttp import AiohttpClient
 
 from gateway.config.models import LimitsSpec
-from gateway.proxy.aiohttp_private import (
+from gateway.fence.aiohttp_private import (
     OneWriteResponse,
     RelayResponse,
     SiblingConnector,
     check_request_heads,
     server_handler_kwargs,
 )
-from gateway.proxy.client import UpstreamClient
+from gateway.proxy.upstream.client import UpstreamClient
 from tests.support.paths import PACKAGE
 
 HANDLER = "aiohttp.client_proto.ResponseHandler"
@@ -373,4 +373,4 @@ def test_no_other_module_uses_the_private_names(path: Path) -> None:
             used.add(node.name)
         elif isinstance(node, ast.alias) and node.name in PRIVATE_NAMES:
             used.add(node.name)  # imported by name
-    assert used == set(), "move these into gateway/proxy/aiohttp_private.py"
+    assert used == set(), "move these into gateway/fence/aiohttp_private.py"

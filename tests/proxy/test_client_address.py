@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.trust import TrustedProxies
+from gateway.config.trust import TrustedProxies
 
 PROXIES = TrustedProxies.build(["10.0.0.0/8", "2001:db8:ffff::/48"])
 

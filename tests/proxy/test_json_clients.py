@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.explain import Sample, explain
 from gateway.failure import Mode
+from gateway.offline.explain import Sample, explain
 from tests.support.frameworks import FrameworkApp
 from tests.support.gateway import (
     RunningGateway,

@@ -29,8 +29,8 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.app import GatewayServer
 from gateway.config.loader import load_config
+from gateway.serve.app import GatewayServer
 from tests.support.gateway import RawResponse, exchange_raw, write_config
 
 

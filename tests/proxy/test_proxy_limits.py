@@ -278,7 +278,7 @@ async def test_a_burst_of_connections_never_holds_more_than_the_cap(
 CONSTRUCT = textwrap.dedent(
     """
     import sys
-    from gateway.app import GatewayServer, UnsafeRuntime
+    from gateway.serve.app import GatewayServer, UnsafeRuntime
     from gateway.config.loader import embedded_config
 
     try:

@@ -25,8 +25,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.app import GatewayServer
 from gateway.config.loader import load_config
+from gateway.serve.app import GatewayServer
 from tests.support.failopen import (
     STEPS,
     Answer,

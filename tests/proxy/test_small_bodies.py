@@ -10,8 +10,8 @@ import pytest
 from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
-from gateway.proxy.client import Origin, UpstreamClient
 from gateway.proxy.relay import arrived_whole
+from gateway.proxy.upstream.client import Origin, UpstreamClient
 from tests.support.gateway import StartRaw
 from tests.support.small_bodies import SHAPES, SHORTCUT, SPLIT_DELAY_S, serve_shapes
 

@@ -20,7 +20,7 @@ from yarl import URL
 
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
-from gateway.trust import TrustedProxies
+from gateway.config.trust import TrustedProxies
 from tests.support.gateway import (
     RunningGateway,
     StartGateway,

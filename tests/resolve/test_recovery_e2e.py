@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.observe import REGISTRY
 from gateway.proxy.state import STATE
 from gateway.resolve.server import build_resolver_app
 from gateway.resolve.service import RecoveryService
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.catalog import CATALOG
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from gateway.observe import REGISTRY, SpoofReporter
+from gateway.telemetry.metrics import REGISTRY, SpoofReporter
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.recovery import CSV_RULE, csv_failing_upstream
 

@@ -17,9 +17,9 @@ from gateway.cli import main
 from gateway.config.loader import builtin_names, load_config
 from gateway.config.models import RouteSpec
 from gateway.failure import Category
+from gateway.offline.openapi import OpenApiError, load, parse
+from gateway.offline.starter import build, category_for, says_more_than_status, upper_snake
 from gateway.proxy.routes import Route
-from gateway.retrofit.openapi import OpenApiError, load, parse
-from gateway.retrofit.starter import build, category_for, says_more_than_status, upper_snake
 from tests.frameworks.orders_api import app as orders_app
 from tests.support.frameworks import FrameworkApp, python_app, running
 from tests.support.gateway import StartGateway

@@ -13,12 +13,12 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from examples.demo_api import build_app
-from gateway.capture import SUFFIX, load_dir
 from gateway.classify import Classifier, Observation
 from gateway.cli import main
 from gateway.config.loader import load_config
+from gateway.feedback.capture import SUFFIX, load_dir
+from gateway.offline.suggest import common_glob
 from gateway.proxy.state import CAPTURES
-from gateway.retrofit.suggest import common_glob
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
 
 # A burst of mixed traffic: successes and every kind of failure the demo API has, with

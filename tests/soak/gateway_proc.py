@@ -12,8 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
-from gateway.app import GatewayServer
 from gateway.config.loader import load_config
+from gateway.serve.app import GatewayServer
 
 
 def vitals(server: GatewayServer) -> dict[str, int]:

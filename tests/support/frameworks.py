@@ -20,9 +20,9 @@ from typing import IO, Any
 
 import aiohttp
 
+from gateway.classify.redact import Redactor
 from gateway.config.models import RedactionSpec
-from gateway.json_text import Raw
-from gateway.redact import Redactor
+from gateway.text.json_text import Raw
 from tests.support.gateway import RunningGateway, free_port
 from tests.support.paths import FRAMEWORKS
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from gateway.app import GatewayServer
+from gateway.serve.app import GatewayServer
 from tests.support.paths import REPO
 
 

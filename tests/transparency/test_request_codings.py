@@ -33,8 +33,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
-from gateway.proxy.aiohttp_private import server_handler_kwargs
-from gateway.proxy.client import Origin, UpstreamClient
+from gateway.fence.aiohttp_private import server_handler_kwargs
+from gateway.proxy.upstream.client import Origin, UpstreamClient
 from tests.support.gateway import StartGateway, StartRaw, StartUpstream, route_config
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, PACKAGE
@@ -339,8 +339,8 @@ async def test_the_gateway_server_inflates_no_request_body(start_gateway: StartG
 # Where aiohttp is set up in gateway/, and whether it may inflate bodies there: only places
 # that read a body for themselves, never one they forward.
 MAY_INFLATE = {
-    ("gateway/app.py", "_start_admin"): "the admin listener serves no request bodies",
-    ("gateway/supervisor.py", "_start_admin"): "the supervisor's admin serves no bodies",
+    ("gateway/serve/app.py", "_start_admin"): "the admin listener serves no request bodies",
+    ("gateway/serve/supervisor.py", "_start_admin"): "the supervisor's admin serves no bodies",
     ("gateway/resolve/remote.py", "_client"): "the resolver's JSON answer, read, not relayed",
 }
 AIOHTTP_SETUPS = {"AppRunner", "ClientSession", "Server", "set_response_params"}

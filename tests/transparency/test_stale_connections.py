@@ -15,8 +15,8 @@ import socket
 import httpx
 import pytest
 
-import gateway.proxy.client as upstream_client
-from gateway.observe import REGISTRY
+import gateway.proxy.upstream.client as upstream_client
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import StartGateway, StartRaw, route_config
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"

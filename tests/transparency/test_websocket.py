@@ -21,7 +21,7 @@ from aiohttp import WSMsgType, web
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from gateway.observe import REGISTRY
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import StartGateway, StartUpstream, route_config
 from tests.support.tls import tls_upstream, write_pem
 

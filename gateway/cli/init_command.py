@@ -1,0 +1,68 @@
+"""`mendpoint init --upstream URL [--openapi FILE_OR_URL] [--out FILE]` (docs/rules.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+from gateway.config.loader import builtin_names
+from gateway.offline.openapi import ApiDocument, OpenApiError, load
+from gateway.offline.probe import probe
+from gateway.offline.starter import build
+
+# Where frameworks serve their document when nobody says: FastAPI, drf-spectacular's default
+# URL conf, springdoc, and the common static names.
+WELL_KNOWN = ("/openapi.json", "/api/schema/", "/v3/api-docs", "/openapi.yaml", "/swagger.json")
+EXIT_OK, EXIT_INVALID = 0, 1
+
+
+def run_init(upstream: str, openapi: str | None, out: str, force: bool) -> int:
+    target = Path(out)
+    fixtures_path = target.with_name(target.stem + ".fixtures.yaml")
+    if not force and (target.exists() or fixtures_path.exists()):
+        print(
+            f"mendpoint init: {target} or {fixtures_path} exists; --force replaces it",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    document, source = _document(upstream, openapi)
+    if openapi is not None and document is None:
+        return EXIT_INVALID
+    answer = probe(upstream)
+    starter = build(upstream, document, source, answer, builtin_names())
+    target.write_text(starter.config)
+    print(f"wrote {target}: 1 route, {len(starter.rules)} rule(s) from the document", end="")
+    print(f", packs: {', '.join(starter.packs) or 'the shipped fallbacks only'}")
+    if starter.fixtures:
+        header = (
+            f"# Fixtures for {target.name}, written by `mendpoint init` from the document's\n"
+            "# examples (a minimal case where it has none). Run:\n"
+            f"#   mendpoint test --config {target.name} {fixtures_path.name}\n"
+        )
+        body = yaml.safe_dump({"cases": starter.fixtures}, sort_keys=False, allow_unicode=True)
+        fixtures_path.write_text(header + body)
+        print(f"wrote {fixtures_path}: {len(starter.fixtures)} case(s)")
+    if answer.status is None:
+        print(f"note: the upstream did not answer the probe ({answer.evidence})")
+    print(f"next: mendpoint check --config {target}")
+    return EXIT_OK
+
+
+def _document(upstream: str, openapi: str | None) -> tuple[ApiDocument | None, str | None]:
+    """The document named, or the first one served at a well-known path; None if none."""
+    if openapi is not None:
+        try:
+            return load(openapi), openapi
+        except OpenApiError as exc:
+            print(f"mendpoint init: {exc}", file=sys.stderr)
+            return None, None
+    for path in WELL_KNOWN:
+        url = upstream.rstrip("/") + path
+        try:
+            return load(url, timeout_s=5), url
+        except OpenApiError:
+            continue
+    print("note: no OpenAPI document found (give one with --openapi FILE_OR_URL)")
+    return None, None

@@ -1,0 +1,411 @@
+"""Follow-ups: what a caller does after a failure, per route and code (docs/operations.md).
+
+A failure F answered to caller C on route R for method M and target T opens an entry. C's next
+request to R with the same M and T within the window is F's follow-up, and settles it with
+exactly one `Outcome`; no follow-up within the window settles it as `abandoned`. A follow-up
+that is itself a failure opens its own entry, which remembers when the chain began, so
+`recovery_seconds` is the time from the first failure to the caller's first success.
+
+Only digests are kept: `key` (caller, route, method, target) and `identity` (the key plus the
+body bytes and the credential headers), never bodies, targets or credentials. The book is
+bounded twice, by `max_tracked` entries and by `max_bytes` of memory, each entry counted at
+what it really holds (`entry_bytes`, measured with tracemalloc by
+tests/followups/test_followup_memory.py); the least recent is evicted and counted.
+
+The request path asks `watching(route)` first: one dictionary lookup while no failure is open
+on the route, which is all the success path pays.
+
+Under `serve --workers N` every worker keeps a replica of the open entries: `publish` sends
+each open and each settlement to the supervisor, which passes it to the other workers
+(`apply`), so a follow-up is matched whichever worker receives it. The worker that settles an
+entry counts the outcome; the worker that opened it counts it abandoned; the supervisor's
+figures are the sums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import sys
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from gateway.config.models import FollowupsSpec
+from gateway.telemetry.metrics import FOLLOWUPS_EVICTED, RECOVERY_SECONDS, count_followup
+
+RECOVERY_SAMPLES = 1000  # per (route, code): enough for a stable median, bounded memory
+MAX_ORIGINS = 1024
+ENTRY_BYTES = 544
+"""What one open failure holds beyond its request id's characters: the `OpenFailure`, its two
+32-digit digests and the request id's string header, its floats and ints, and its share of
+the book's ordered dict. Measured with tracemalloc over books of 500 to 90,000 entries,
+opened here or replicated from a sibling worker, alone or as the second failure of a chain:
+from 449 to 534 bytes, plus a margin for the dict's growth steps
+(tests/followups/test_followup_memory.py; docs/operations.md#follow-ups)."""
+
+
+def entry_bytes(entry: OpenFailure) -> int:
+    """The memory `entry` costs the book, never less than it holds: 576 bytes with the
+    gateway's own 32-character request id, 744 with the longest a caller may send (200)."""
+    return ENTRY_BYTES + len(entry.request_id)
+
+
+class Outcome(StrEnum):
+    ABANDONED = "abandoned"
+    RETRIED_UNCHANGED = "retried_unchanged"
+    RETRIED_TOO_EARLY = "retried_too_early"
+    RETRIED_AS_ADVISED = "retried_as_advised"
+    RECOVERED = "recovered"
+    FAILED_AGAIN_SAME_CODE = "failed_again_same_code"
+    FAILED_DIFFERENTLY = "failed_differently"
+
+
+WASTED = (Outcome.RETRIED_UNCHANGED, Outcome.RETRIED_TOO_EARLY)
+
+
+def digest(*parts: bytes | str) -> str:
+    """A short, collision-resistant name for a tuple of values (16 bytes of BLAKE2b)."""
+    chunks = []
+    for part in parts:
+        data = part.encode("utf-8", "surrogateescape") if isinstance(part, str) else part
+        chunks.append(len(data).to_bytes(4, "big"))
+        chunks.append(data)
+    return hashlib.blake2b(b"".join(chunks), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One request as follow-up matching sees it."""
+
+    key: str
+    identity: str
+    route: str
+    started: float
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """How a request was answered: its status and, for a classified failure, the verdict."""
+
+    status: int
+    code: str | None = None
+    rule: str | None = None
+    retryable: bool = False
+    retry_after_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenFailure:
+    key: str
+    identity: str
+    request_id: str
+    route: str
+    code: str
+    rule: str
+    retryable: bool
+    retry_after_ms: int | None
+    answered_at: float
+    chain_started: float
+    origin: int
+    """The process that opened it: the one that counts it abandoned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What the access log line of a follow-up says."""
+
+    follows: str
+    outcome: Outcome
+
+
+@dataclass(slots=True)
+class CodeStats:
+    rule: str
+    failures: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    recovery_ms: deque[float] = field(default_factory=lambda: deque(maxlen=RECOVERY_SAMPLES))
+
+
+Publish = Callable[[dict[str, Any]], None]
+
+
+def decide(entry: OpenFailure, identical: bool, started: float, answered: Answered) -> Outcome:
+    """The one outcome of `entry` given its follow-up (the table in docs/operations.md)."""
+    if identical:
+        if not entry.retryable:
+            return Outcome.RETRIED_UNCHANGED
+        if answered.status < 400:
+            return Outcome.RETRIED_AS_ADVISED
+        delay_s = (entry.retry_after_ms or 0) / 1000
+        if started - entry.answered_at < delay_s:
+            return Outcome.RETRIED_TOO_EARLY
+        return Outcome.RETRIED_AS_ADVISED
+    if answered.status < 400:
+        return Outcome.RECOVERED
+    if answered.code == entry.code:
+        return Outcome.FAILED_AGAIN_SAME_CODE
+    return Outcome.FAILED_DIFFERENTLY
+
+
+class FollowupBook:
+    """The open failures of one process (and their replicas from the others), and the tallies."""
+
+    def __init__(
+        self,
+        settings: FollowupsSpec,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        origin: int = 0,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.origin = origin
+        self.publish: Publish | None = None
+        self._open: OrderedDict[str, OpenFailure] = OrderedDict()
+        self._bytes = 0
+        """The sum of `entry_bytes` over `_open`, held under `settings.max_bytes`."""
+        self._routes: Counter[str] = Counter()
+        self._origins: dict[int, int] = {}
+        """The siblings' pids, one int object each, shared by their replicated entries."""
+        self._stats: dict[tuple[str, str], CodeStats] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enabled
+
+    def configure(self, settings: FollowupsSpec) -> None:
+        """A reload: new window and bound apply from now on; off forgets what is open."""
+        self.settings = settings
+        if not settings.enabled:
+            self._open.clear()
+            self._routes.clear()
+            self._bytes = 0
+        self._evict_over_bounds()
+
+    def watching(self, route: str) -> bool:
+        """Whether any failure is open on `route`: the success path's only question."""
+        return route in self._routes
+
+    def pending(self, key: str) -> OpenFailure | None:
+        entry = self._open.get(key)
+        if entry is None or self.clock() - entry.answered_at > self.settings.window_s:
+            return None
+        return entry
+
+    def settle(
+        self, attempt: Attempt, answered: Answered, request_id: str, followed: OpenFailure | None
+    ) -> Settled | None:
+        """Close the failure `attempt` follows (if still open) and open one if it failed."""
+        settled = None
+        now = self.clock()
+        if followed is not None and self._open.get(attempt.key) is followed:
+            self._remove(attempt.key)
+            outcome = decide(
+                followed, attempt.identity == followed.identity, attempt.started, answered
+            )
+            self._count(followed, outcome)
+            if answered.status < 400:
+                self._observe_recovery(followed, now)
+            if self.publish is not None:
+                self.publish({"op": "close", "key": attempt.key, "request_id": followed.request_id})
+            settled = Settled(followed.request_id, outcome)
+        if answered.code is not None and answered.rule is not None:
+            chain = followed.chain_started if settled is not None and followed else now
+            entry = OpenFailure(
+                key=attempt.key,
+                identity=attempt.identity,
+                request_id=request_id,
+                route=attempt.route,
+                code=answered.code,
+                rule=answered.rule,
+                retryable=answered.retryable,
+                retry_after_ms=answered.retry_after_ms,
+                answered_at=now,
+                chain_started=chain,
+                origin=self.origin,
+            )
+            self._stats_for(entry).failures += 1
+            self._insert(entry)
+            if self.publish is not None:
+                self.publish({"op": "open", "entry": asdict(entry)})
+        return settled
+
+    def sweep(self) -> int:
+        """Settle every entry past the window as abandoned; returns how many were."""
+        horizon = self.clock() - self.settings.window_s
+        expired = [k for k, e in self._open.items() if e.answered_at < horizon]
+        for key in expired:
+            entry = self._remove(key)
+            if entry.origin == self.origin:
+                self._count(entry, Outcome.ABANDONED)
+        return len(expired)
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """An open or a settlement made by another worker (never re-published)."""
+        if event.get("op") == "open" and isinstance(event.get("entry"), dict):
+            try:
+                entry = OpenFailure(**event["entry"])
+            except TypeError:
+                return
+            # Decoded from JSON, each string is a new object; route, code and rule come from
+            # the config, a small set: shared, they cost a replica what a local entry costs.
+            if len(self._origins) > MAX_ORIGINS:  # restarted workers' pids: rarely many
+                self._origins.clear()
+            entry = replace(
+                entry,
+                route=sys.intern(entry.route),
+                code=sys.intern(entry.code),
+                rule=sys.intern(entry.rule),
+                origin=self._origins.setdefault(entry.origin, entry.origin),
+                # A failure that began its chain: one float, as where it was opened.
+                chain_started=(
+                    entry.answered_at
+                    if entry.chain_started == entry.answered_at
+                    else entry.chain_started
+                ),
+            )
+            # Monotonic clocks are per machine, so the supervisor's workers share them.
+            self._insert(entry)
+        elif event.get("op") == "close" and isinstance(event.get("key"), str):
+            entry_now = self._open.get(event["key"])
+            if entry_now is not None and entry_now.request_id == event.get("request_id"):
+                self._remove(event["key"])
+
+    def table(self) -> list[dict[str, Any]]:
+        """The /followups rows: wasted attempts first, then most failures."""
+        self.sweep()
+        return rank(self.rows())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Unranked rows with raw recovery samples, for merging across workers."""
+        return [
+            {
+                "route": route,
+                "code": code,
+                "rule": stats.rule,
+                "failures": stats.failures,
+                **{o.value: stats.outcomes[o.value] for o in Outcome},
+                "recovery_samples_ms": list(stats.recovery_ms),
+            }
+            for (route, code), stats in self._stats.items()
+        ]
+
+    def _count(self, entry: OpenFailure, outcome: Outcome) -> None:
+        self._stats_for(entry).outcomes[outcome.value] += 1
+        count_followup(entry.route, entry.code, outcome.value)
+
+    def _observe_recovery(self, entry: OpenFailure, now: float) -> None:
+        seconds = max(0.0, now - entry.chain_started)
+        self._stats_for(entry).recovery_ms.append(seconds * 1000)
+        RECOVERY_SECONDS.labels(route=entry.route, code=entry.code).observe(seconds)
+
+    def _stats_for(self, entry: OpenFailure) -> CodeStats:
+        stats = self._stats.get((entry.route, entry.code))
+        if stats is None:
+            stats = self._stats[(entry.route, entry.code)] = CodeStats(entry.rule)
+        return stats
+
+    def _insert(self, entry: OpenFailure) -> None:
+        previous = self._open.pop(entry.key, None)
+        if previous is not None:
+            self._routes[previous.route] -= 1
+            self._bytes -= entry_bytes(previous)
+        self._open[entry.key] = entry
+        self._routes[entry.route] += 1
+        self._bytes += entry_bytes(entry)
+        self._evict_over_bounds()
+
+    def _remove(self, key: str) -> OpenFailure:
+        entry = self._open.pop(key)
+        self._bytes -= entry_bytes(entry)
+        self._routes[entry.route] -= 1
+        if self._routes[entry.route] <= 0:
+            del self._routes[entry.route]
+        return entry
+
+    @property
+    def held_bytes(self) -> int:
+        """What the open failures hold, by `entry_bytes`: at most `settings.max_bytes`."""
+        return self._bytes
+
+    def _evict_over_bounds(self) -> None:
+        """The least recent out, counted, until both `max_tracked` and `max_bytes` hold."""
+        count, budget = self.settings.max_tracked, self.settings.max_bytes
+        while self._open and (len(self._open) > count or self._bytes > budget):
+            key = next(iter(self._open))
+            entry = self._remove(key)
+            FOLLOWUPS_EVICTED.labels(route=entry.route).inc()
+
+
+def rank(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as /followups shows them: the median recovery, sorted by wasted attempts."""
+    shown = []
+    for row in rows:
+        samples = row.get("recovery_samples_ms", [])
+        shown.append(
+            {
+                **{k: v for k, v in row.items() if k != "recovery_samples_ms"},
+                "recovery_p50_ms": round(statistics.median(samples), 1) if samples else None,
+            }
+        )
+    return sorted(shown, key=lambda r: (-wasted(r), -r["failures"], r["route"], r["code"]))
+
+
+def merge(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Sum the workers' unranked rows (samples pooled, bounded) into one table."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for rows in tables:
+        for row in rows:
+            slot = merged.setdefault(
+                (row["route"], row["code"]),
+                {"route": row["route"], "code": row["code"], "rule": row["rule"], "failures": 0}
+                | {o.value: 0 for o in Outcome}
+                | {"recovery_samples_ms": []},
+            )
+            slot["failures"] += row["failures"]
+            for outcome in Outcome:
+                slot[outcome.value] += row.get(outcome.value, 0)
+            slot["recovery_samples_ms"].extend(row.get("recovery_samples_ms", []))
+    for slot in merged.values():
+        slot["recovery_samples_ms"] = slot["recovery_samples_ms"][-RECOVERY_SAMPLES:]
+    return rank(merged.values())
+
+
+def wasted(row: dict[str, Any]) -> int:
+    return sum(int(row.get(o.value, 0)) for o in WASTED)
+
+
+def reading(row: dict[str, Any]) -> str:
+    """One line an operator can act on, for the largest problem in a row."""
+    failures = max(int(row["failures"]), 1)
+    code = row["code"]
+    unchanged = int(row.get(Outcome.RETRIED_UNCHANGED.value, 0))
+    early = int(row.get(Outcome.RETRIED_TOO_EARLY.value, 0))
+    same = int(row.get(Outcome.FAILED_AGAIN_SAME_CODE.value, 0))
+    abandoned = int(row.get(Outcome.ABANDONED.value, 0))
+    recovered = int(row.get(Outcome.RECOVERED.value, 0)) + int(
+        row.get(Outcome.RETRIED_AS_ADVISED.value, 0)
+    )
+    if unchanged:
+        share = round(100 * unchanged / failures)
+        return (
+            f"{share} % of callers retried {code} unchanged: its fix_required is not being "
+            "acted on (or it should be retryable)"
+        )
+    if early:
+        share = round(100 * early / failures)
+        return f"{share} % of callers retried {code} before retry_after_ms: backoff is ignored"
+    if same:
+        share = round(100 * same / failures)
+        return (
+            f"{share} % changed the request and failed with {code} again: "
+            "the advice does not fix it"
+        )
+    if abandoned and abandoned >= recovered:
+        share = round(100 * abandoned / failures)
+        return f"{share} % of callers gave up after {code}: no recovery path is being found"
+    return f"{round(100 * recovered / failures)} % of {code} failures were recovered"

@@ -1,0 +1,342 @@
+"""`mendpoint init`: a commented starter config for an API you don't own (docs/rules.md).
+
+From the upstream URL and, when there is one, its OpenAPI document:
+- one route to the upstream, with each operation's `operationId` as the name `then_retry`
+  uses for it (`operations:`), and the idempotent methods spelled out;
+- a rule per documented error response that says more than its status (a code from its
+  description or its example's code field, a category from the status, a match on method,
+  path and status), and a fixture per example (or a minimal one where the document has none);
+- the shipped packs that fit, guessed from the document and from a probe of one unknown path;
+- `review:` comments on everything guessed.
+
+Nothing it writes is unsafe by construction: no retryable rule on a non-idempotent method,
+no `fix_command` (a human adds commands to the registry).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+import yaml
+
+from gateway.config.loader import builtin_text
+from gateway.config.models import DEFAULT_IDEMPOTENT
+from gateway.failure import Category
+from gateway.offline.openapi import ApiDocument, ErrorResponse, Operation
+from gateway.offline.probe import Probe
+
+MAX_CODE_WORDS = 6
+GENERIC_WORDS = frozenset(
+    {"error", "errors", "response", "failed", "failure", "invalid", "request", "the", "a", "an"}
+)
+TRANSIENT = (Category.RATE_LIMITED, Category.UNAVAILABLE, Category.TIMEOUT)
+FIX_REQUIRED = {
+    Category.VALIDATION_ERROR: "Correct the request as the message describes, then reissue it",
+    Category.PAYLOAD_TOO_LARGE: "Send a smaller request body, then reissue it",
+    Category.AUTH_REQUIRED: "Authenticate (send valid credentials), then reissue the request",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DraftRule:
+    id: str
+    operation: Operation
+    error: ErrorResponse
+    code: str
+    category: Category
+    code_source: str
+    stated: ExampleCode | None = None
+
+
+@dataclass
+class Starter:
+    """What `init` writes: the config text and the fixture cases beside it."""
+
+    config: str
+    fixtures: list[dict[str, Any]] = field(default_factory=list)
+    rules: list[DraftRule] = field(default_factory=list)
+    packs: list[str] = field(default_factory=list)
+
+
+def category_for(status: int) -> Category:
+    """The category the shipped fallback rule gives a bare `status` (http-defaults), so a
+    starter rule and the fallback it replaces agree; 4xx/5xx by class otherwise."""
+    category = _default_categories().get(status)
+    if category is not None:
+        return category
+    return Category.VALIDATION_ERROR if status < 500 else Category.UPSTREAM_ERROR
+
+
+@functools.cache
+def _default_categories() -> dict[int, Category]:
+    pack = yaml.safe_load(builtin_text("http-defaults"))
+    found: dict[int, Category] = {}
+    for rule in pack.get("rules", []):
+        match = rule.get("match", {})
+        if set(match) - {"status", "methods"}:
+            continue  # a rule for one shape of the status, not for the status itself
+        for status in match.get("status", []):
+            if isinstance(status, int):
+                found.setdefault(status, Category(rule["error"]["category"]))
+    return found
+
+
+def upper_snake(text: str) -> str:
+    """ "Order already exists" → ORDER_ALREADY_EXISTS (at most six words, 64 characters)."""
+    words = re.findall(r"[A-Za-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text))
+    code = "_".join(w.upper() for w in words[:MAX_CODE_WORDS])[:64].strip("_")
+    if code and code[0].isdigit():
+        code = "E_" + code
+    return code[:64]
+
+
+def says_more_than_status(description: str, status: int) -> bool:
+    """ "Order already exists" does; "Not Found", "Validation Error", "Error" do not."""
+    words = {w.lower() for w in re.findall(r"[A-Za-z]+", description)}
+    try:
+        phrase = {w.lower() for w in HTTPStatus(status).phrase.split()}
+    except ValueError:
+        phrase = set()
+    return bool(words - phrase - GENERIC_WORDS - {"validation", "unprocessable", "content"})
+
+
+@dataclass(frozen=True, slots=True)
+class ExampleCode:
+    """An error code an example states, and where: the rule matches on it too."""
+
+    code: str
+    json_path: str
+    value: str
+
+
+def code_from_example(examples: tuple[Any, ...]) -> ExampleCode | None:
+    """An error code the example itself states (`error.code`, `code`, `type`, `error`)."""
+    for example in examples:
+        if not isinstance(example, dict):
+            continue
+        inner = example.get("error")
+        candidates: list[tuple[str, Any]] = [
+            ("code", example.get("code")),
+            ("type", example.get("type")),
+        ]
+        if isinstance(inner, dict):
+            candidates.insert(0, ("error.code", inner.get("code")))
+        elif isinstance(inner, str):
+            candidates.append(("error", inner))
+        for path, value in candidates:
+            if isinstance(value, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_.\-]{1,62}", value):
+                code = upper_snake(value.replace(".", "_").replace("-", "_"))
+                return ExampleCode(code, path, value)
+    return None
+
+
+def draft_rules(document: ApiDocument, route: str) -> tuple[list[DraftRule], list[str]]:
+    """The rules worth writing, and a note for each documented error left to the packs."""
+    rules, skipped = [], []
+    used: set[str] = set()
+    for op in document.operations:
+        for error in op.errors:
+            where = f"{op.method} {op.path} → {error.status}"
+            category = category_for(error.status)
+            if category in TRANSIENT and op.method not in DEFAULT_IDEMPOTENT:
+                skipped.append(
+                    f"{where}: left to the shipped rules (a retryable rule on "
+                    f"{op.method} could replay a request that had an effect)"
+                )
+                continue
+            stated = code_from_example(error.examples)
+            if stated is not None:
+                code, source = stated.code, f"the example's {stated.json_path} field"
+            elif says_more_than_status(error.description, error.status):
+                code, source = upper_snake(error.description), "the response description"
+            else:
+                skipped.append(f'{where} "{error.description}": says no more than its status')
+                continue
+            if not code:
+                continue
+            base = re.sub(r"[^A-Za-z0-9_.:\-]", "-", op.operation_id or f"{op.method}-{op.path}")
+            rule_id = f"{base.strip('-')}-{error.status}"[:120]
+            while rule_id in used:
+                rule_id += "-2"
+            used.add(rule_id)
+            rules.append(DraftRule(rule_id, op, error, code, category, source, stated))
+    return rules, skipped
+
+
+def path_glob(template: str) -> str:
+    """`/orders/{id}/items` → `/orders/*/items`: one path segment per parameter."""
+    return re.sub(r"\{[^/}]+\}", "*", template)
+
+
+def example_path(template: str) -> str:
+    return re.sub(r"\{[^/}]+\}", "1", template)
+
+
+def build(
+    upstream: str,
+    document: ApiDocument | None,
+    source: str | None,
+    probe: Probe | None,
+    available_packs: list[str],
+    route: str = "api",
+) -> Starter:
+    packs = [p for p in guess_packs(document, probe) if p in available_packs]
+    rules, skipped = draft_rules(document, route) if document is not None else ([], [])
+    starter = Starter(config="", rules=rules, packs=packs)
+    lines = _header(upstream, document, source)
+    lines += _include(packs, probe)
+    lines += _route(route, upstream, document)
+    lines += _rules(rules, skipped, route)
+    starter.config = "\n".join(lines) + "\n"
+    starter.fixtures = [case for rule in rules for case in _fixtures(rule)]
+    return starter
+
+
+def guess_packs(document: ApiDocument | None, probe: Probe | None) -> list[str]:
+    """Packs whose shapes the API announces, most specific first."""
+    found: list[str] = []
+    if document is not None and {"HTTPValidationError", "ValidationError"} <= document.schema_names:
+        found.append("fastapi")
+    if probe is not None:
+        found.extend(p for p in probe.stacks if p not in found)
+    return found
+
+
+def _yaml(value: Any) -> str:
+    """A scalar as YAML: JSON's quoting is valid YAML and safe for any text."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _header(upstream: str, document: ApiDocument | None, source: str | None) -> list[str]:
+    lines = [
+        f"# A starter config written by `mendpoint init --upstream {upstream}`.",
+    ]
+    if document is not None:
+        title = f"{document.title} {document.version}".strip()
+        lines.append(f"# From the OpenAPI document {_yaml(title)} ({source}).")
+    else:
+        lines.append("# No OpenAPI document: only the shipped rules classify failures.")
+    lines += [
+        "# Everything marked `review:` is a guess: read it before you roll out.",
+        "#   mendpoint check --config THIS_FILE      # validate",
+        "#   mendpoint test --config THIS_FILE FIXTURES_FILE",
+        "#   mendpoint serve --config THIS_FILE",
+        "# Then watch `mendpoint gaps` and `mendpoint suggest` for what no rule names yet.",
+        "listen: 127.0.0.1:8080",
+        "",
+    ]
+    return lines
+
+
+def _include(packs: list[str], probe: Probe | None) -> list[str]:
+    if not packs:
+        return ["# No framework recognised; the shipped fallbacks classify every failure.", ""]
+    why = f" (probe of {probe.path}: {probe.evidence})" if probe and probe.evidence else ""
+    return [
+        f"# review: packs guessed from the document and a probe of an unknown path{why}.",
+        "include: [" + ", ".join(f"builtin:{p}" for p in packs) + "]",
+        "",
+    ]
+
+
+def _route(route: str, upstream: str, document: ApiDocument | None) -> list[str]:
+    lines = [
+        "routes:",
+        f"  - name: {route}",
+        "    prefix: /",
+        f"    upstream: {_yaml(upstream)}",
+        "    # additive keeps every field of the upstream's JSON errors and adds the recovery",
+        "    # fields; `headers` is shadow mode (advisory headers only) for a first rollout.",
+        "    mode: additive",
+        "    # review: methods safe to repeat; a rule may call a failure retryable only on these.",
+        f"    idempotent_methods: [{', '.join(DEFAULT_IDEMPOTENT)}]",
+    ]
+    named = [op for op in document.operations if op.operation_id] if document else []
+    if named:
+        lines.append("    # The name `then_retry` gives each operation (its operationId).")
+        lines.append("    operations:")
+        for op in named:
+            lines.append(
+                f"      - {{method: {op.method}, path: {_yaml(op.path)}, "
+                f"name: {_yaml(op.operation_id)}}}"
+            )
+    lines.append("")
+    return lines
+
+
+def _rules(rules: list[DraftRule], skipped: list[str], route: str) -> list[str]:
+    lines = []
+    for note in skipped:
+        lines.append(f"# not a rule: {note}")
+    if not rules:
+        return [*lines, "rules: []"]
+    lines.append("rules:")
+    for rule in rules:
+        op, error = rule.operation, rule.error
+        lines += [
+            f"  # {op.method} {op.path} → {error.status} {_yaml(error.description)}",
+            f"  - id: {rule.id}",
+            "    match:",
+            f"      routes: [{route}]",
+            f"      methods: [{op.method}]",
+            f"      status: [{error.status}]",
+            f"      path: {_yaml(path_glob(op.path))}",
+            *(
+                [
+                    f"      json: {{path: {rule.stated.json_path}, "
+                    f"regex: {_yaml('^' + re.escape(rule.stated.value) + '$')}}}"
+                ]
+                if rule.stated is not None
+                else []
+            ),
+            "    error:",
+            f"      code: {rule.code}  # review: from {rule.code_source}",
+            f"      category: {rule.category.value}",
+        ]
+        if rule.category in TRANSIENT:
+            lines += [
+                f"      # review: transient; {op.method} is idempotent, so the identical call may",
+                "      # be repeated after the delay.",
+                "      retryable: true",
+                "      retry_after_ms: {header: Retry-After, default: 1000}",
+            ]
+        elif rule.category in FIX_REQUIRED:
+            lines += [
+                "      # review: caller-correctable; say what must change, more precisely if you",
+                "      # can (a fix_command needs a registry entry: see docs/rules.md).",
+                f"      fix_required: {_yaml(FIX_REQUIRED[rule.category])}",
+            ]
+        else:
+            lines.append("      # review: terminal (neither retryable nor fixable by the caller).")
+    return lines
+
+
+def _fixtures(rule: DraftRule) -> list[dict[str, Any]]:
+    op, error = rule.operation, rule.error
+    bodies = list(error.examples) or [None]
+    cases = []
+    for index, body in enumerate(bodies):
+        response: dict[str, Any] = {"status": error.status}
+        if body is None:
+            response["body"] = ""
+        elif isinstance(body, (dict, list)):
+            response["json"] = body
+        else:
+            response["body"] = str(body)
+        if error.content_type and body is not None:
+            response["headers"] = {"Content-Type": error.content_type}
+        suffix = f"-example-{index + 1}" if error.examples else "-no-example"
+        cases.append(
+            {
+                "name": f"{rule.id}{suffix}",
+                "request": {"method": op.method, "path": example_path(op.path)},
+                "response": response,
+                "expect": {"rule": rule.id, "code": rule.code, "category": rule.category.value},
+            }
+        )
+    return cases

@@ -1,0 +1,277 @@
+"""`mendpoint suggest`: draft rules from the failures no rule of yours names (docs/rules.md).
+
+The failures come from a capture directory (a route's `capture:`) or from a running
+gateway's `/gaps`. They are grouped by the signature `gaps` uses (route, status and the
+message with its variable parts masked); each group becomes a draft rule that matches its
+status, a path glob common to its samples and the stable part of its message (the variable
+parts become named captures), checked against every sample, plus fixtures made from the
+samples, so `mendpoint test` passes on the drafts as written.
+
+Drafts are advice for a human: never retryable, never a `fix_command`, and a `review:`
+comment on every guess. A group whose shipped rule says retryable is left to it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from gateway.config.models import DEFAULT_MESSAGE_PATHS
+from gateway.failure import Category
+from gateway.feedback.signatures import VARIABLE_MASKS, normalise
+from gateway.offline.starter import FIX_REQUIRED, TRANSIENT, category_for, upper_snake
+
+MAX_SAMPLES = 3
+# The variable parts `signatures.normalise` masks, as one pattern that captures them.
+VARIABLE = regex.compile("|".join(pattern.pattern for pattern, _ in VARIABLE_MASKS))
+MASKED = tuple({mask for _, mask in VARIABLE_MASKS})
+
+
+@dataclass
+class Sample:
+    route: str
+    method: str
+    path: str
+    status: int
+    content_type: str
+    body: str
+    message: str
+
+
+@dataclass
+class Draft:
+    id: str
+    route: str
+    status: int
+    category: Category
+    code: str
+    path: str
+    methods: list[str]
+    json_path: str | None
+    pattern: str | None
+    samples: list[Sample] = field(default_factory=list)
+    count: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def samples_from_captures(captures: list[dict[str, Any]]) -> tuple[list[Sample], list[str]]:
+    """The unmatched HTTP failures among the captures, and why any others were left out."""
+    found, notes = [], []
+    for capture in captures:
+        response = capture.get("response", {})
+        classified = capture.get("classified", {})
+        if not classified.get("default_rule"):
+            continue  # a rule of yours already names it
+        status = response.get("status")
+        if not isinstance(status, int):
+            notes.append(f"transport failure {response.get('transport')}: no body to draft from")
+            continue
+        headers = {k.lower(): v for k, v in response.get("headers", {}).items()}
+        found.append(
+            Sample(
+                route=str(capture.get("route", "")),
+                method=str(capture.get("request", {}).get("method", "GET")),
+                path=str(capture.get("request", {}).get("path", "/")),
+                status=status,
+                content_type=str(headers.get("content-type", "")),
+                body=str(response.get("body", "")),
+                message=str(classified.get("message", "")),
+            )
+        )
+    return found, notes
+
+
+def drafts_from(samples: list[Sample]) -> tuple[list[Draft], list[str]]:
+    groups: dict[tuple[str, int, str], list[Sample]] = defaultdict(list)
+    for sample in samples:
+        groups[(sample.route, sample.status, normalise(sample.message))].append(sample)
+    drafts: list[Draft] = []
+    notes: list[str] = []
+    codes: set[str] = set()
+    for (route, status, signature), group in sorted(groups.items()):
+        category = category_for(status)
+        if category in TRANSIENT:
+            notes.append(
+                f"{route} {status} {signature!r} ({len(group)} failures): left to the shipped "
+                "rule, which calls it retryable; a draft never does"
+            )
+            continue
+        draft = _draft(route, status, category, signature, group, codes)
+        drafts.append(draft)
+    return drafts, notes
+
+
+def _draft(
+    route: str,
+    status: int,
+    category: Category,
+    signature: str,
+    group: list[Sample],
+    codes: set[str],
+) -> Draft:
+    code = _code(signature, status, codes)
+    json_path = _message_path(group)
+    pattern = _pattern(group, json_path)
+    notes = []
+    if pattern is None:
+        notes.append("no message common to every sample: matched on status and path only")
+    draft = Draft(
+        id=f"draft-{route}-{status}-{code.lower().replace('_', '-')}"[:120],
+        route=route,
+        status=status,
+        category=category,
+        code=code,
+        path=common_glob([s.path for s in group]),
+        methods=sorted({s.method for s in group}),
+        json_path=json_path if pattern is not None else None,
+        pattern=pattern,
+        samples=group[:MAX_SAMPLES],
+        count=len(group),
+        notes=notes,
+    )
+    return draft
+
+
+def _code(signature: str, status: int, taken: set[str]) -> str:
+    stable = signature
+    for mask in MASKED:
+        stable = stable.replace(mask, " ")
+    code = upper_snake(stable)[:48].rstrip("_") or f"HTTP_{status}"
+    unique, n = code, 2
+    while unique in taken:
+        unique, n = f"{code}_{n}", n + 1
+    taken.add(unique)
+    return unique
+
+
+def _message_path(group: list[Sample]) -> str | None:
+    """The JSON path that holds the message in every sample's body, if there is one."""
+    for path in DEFAULT_MESSAGE_PATHS:
+        if all(_at(_json(s.body), path) == s.message for s in group):
+            return path
+    return None
+
+
+def _pattern(group: list[Sample], json_path: str | None) -> str | None:
+    """A regex over the message (or the raw body) that every sample matches."""
+    first = group[0].message
+    if not first.strip():
+        return None
+    pieces, last = [], 0
+    for n, match in enumerate(VARIABLE.finditer(first), start=1):
+        pieces.append(_escape(first[last : match.start()]))
+        pieces.append(f"(?P<v{n}>.+?)")
+        last = match.end()
+    pieces.append(_escape(first[last:]))
+    pattern = "^" + "".join(pieces) + "$" if json_path else "".join(pieces)
+    try:
+        compiled = regex.compile(pattern)
+    except regex.error:
+        return None
+    for sample in group:
+        target = sample.message if json_path else sample.body
+        if not compiled.search(target, timeout=0.1):
+            return None
+    return pattern
+
+
+def _escape(text: str) -> str:
+    """Literal text in a pattern a human will read: spaces stay spaces."""
+    escaped: str = regex.escape(text, special_only=True, literal_spaces=True)
+    return escaped
+
+
+def common_glob(paths: list[str]) -> str:
+    """The narrowest glob matching every path: differing segments become `*`, differing
+    lengths `**`."""
+    split = [p.split("?")[0].strip("/").split("/") for p in paths]
+    if len({len(s) for s in split}) > 1:
+        prefix = []
+        for parts in zip(*split, strict=False):
+            if len(set(parts)) != 1:
+                break
+            prefix.append(parts[0])
+        return "/" + "/".join([*prefix, "**"]) if prefix else "/**"
+    segments = [parts[0] if len(set(parts)) == 1 else "*" for parts in zip(*split, strict=True)]
+    return "/" + "/".join(segments)
+
+
+def _json(body: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _at(data: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
+    lines = [
+        f"# Draft rules written by `mendpoint suggest --from {source}`.",
+        "# Each one names a group of failures that only a shipped fallback classified. Review",
+        "# every `review:` line, then include this file in your config (`include: [THIS_FILE]`)",
+        "# and run `mendpoint test` on the fixtures beside it before you roll out.",
+    ]
+    lines += [f"# not a draft: {note}" for note in notes]
+    if not drafts:
+        return "\n".join([*lines, "rules: []"]) + "\n"
+    lines.append("rules:")
+    for draft in drafts:
+        example = draft.samples[0]
+        lines += [
+            f"  # {draft.count} failure(s), e.g. {example.method} {example.path} → "
+            f"{draft.status} {json.dumps(example.message[:120], ensure_ascii=False)}",
+            *(f"  # review: {note}" for note in draft.notes),
+            f"  - id: {draft.id}",
+            "    match:",
+            f"      routes: [{draft.route}]",
+            f"      status: [{draft.status}]",
+            f"      path: {json.dumps(draft.path)}  # review: the samples' common path",
+        ]
+        if draft.pattern is not None and draft.json_path is not None:
+            lines.append(
+                f"      json: {{path: {draft.json_path}, regex: {json.dumps(draft.pattern)}}}"
+            )
+        elif draft.pattern is not None:
+            lines.append(f"      body: {json.dumps(draft.pattern)}")
+        lines += [
+            "    error:",
+            f"      code: {draft.code}  # review: from the message's stable words",
+            f"      category: {draft.category.value}",
+        ]
+        if draft.category in FIX_REQUIRED:
+            lines += [
+                "      # review: caller-correctable; say what must change, as precisely as you can",
+                f"      fix_required: {json.dumps(FIX_REQUIRED[draft.category])}",
+            ]
+        else:
+            lines.append("      # review: terminal (neither retryable nor fixable by the caller)")
+    return "\n".join(lines) + "\n"
+
+
+def fixture_cases(drafts: list[Draft]) -> list[dict[str, Any]]:
+    cases = []
+    for draft in drafts:
+        for index, sample in enumerate(draft.samples):
+            response: dict[str, Any] = {"status": sample.status, "body": sample.body}
+            if sample.content_type:
+                response["content_type"] = sample.content_type
+            cases.append(
+                {
+                    "name": f"{draft.id}-sample-{index + 1}",
+                    "request": {"method": sample.method, "path": sample.path},
+                    "response": response,
+                    "expect": {"rule": draft.id, "code": draft.code},
+                }
+            )
+    return cases

@@ -1,1 +1,0 @@
-"""Retrofitting an API you do not own: a starter config from OpenAPI, rule drafts from traffic."""

@@ -1,0 +1,1 @@
+"""Serving: the request handler, the aiohttp application, the admin API, workers, supervisor."""

@@ -1,0 +1,223 @@
+"""The admin listener: /metrics, /healthz, /readyz, /gaps and /followups, on its own port.
+
+Kept off the data-path port so probes and scrapes never compete with, or get routed like,
+client traffic, and so it can stay loopback-only while the gateway port is public. Where it
+cannot (a kubelet probes the Pod's address), `admin_token_file` makes every path but
+/healthz and /readyz need a bearer token, checked as the resolver checks its own
+(resolve.auth.TokenFile: constant-time, the file re-read when it changes); without one, a
+listener on a non-loopback address is warned about at start (docs/security.md#admin-authentication).
+
+One gateway process serves it from its own state. Under `serve --workers N` the supervisor
+serves it instead (gateway.serve.workers), from sources that span every worker: the same app, given
+the metrics body, the gaps, the follow-up tables and the worker list as functions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Sequence
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler, Middleware
+
+from gateway.config.secrets import ADMIN_TOKEN_ENV, TokenError, read_tokens
+from gateway.feedback.followups import FollowupBook
+from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.resolve.auth import TokenFile
+from gateway.serve.listeners import is_loopback
+from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES, METRICS_CONTENT_TYPE, exposition
+
+log = logging.getLogger("mendpoint")
+
+ReadyCheck = Callable[[], bool]
+Ranked = Sequence[tuple[Signature, int]]
+GapsSource = Callable[[int], Awaitable[Ranked]]
+Details = Callable[[], dict[str, object]]
+FollowupTable = tuple[float, list[dict[str, object]]]
+"""The window in seconds and the ranked rows (gateway.feedback.followups.rank)."""
+FollowupsSource = Callable[[], Awaitable[FollowupTable]]
+READY_CHECK: web.AppKey[ReadyCheck] = web.AppKey("mendpoint_ready_check")
+GAPS: web.AppKey[GapsSource] = web.AppKey("mendpoint_gaps")
+METRICS: web.AppKey[Callable[[], bytes]] = web.AppKey("mendpoint_metrics")
+DETAILS: web.AppKey[Details | None] = web.AppKey("mendpoint_details")
+FOLLOWUPS: web.AppKey[FollowupsSource | None] = web.AppKey("mendpoint_followup_tables")
+MAX_GAPS = 200
+
+
+def build_admin_app(
+    is_ready: ReadyCheck,
+    signatures: SignatureBook | GapsSource,
+    *,
+    metrics: Callable[[], bytes] = exposition,
+    details: Details | None = None,
+    followups: FollowupBook | FollowupsSource | None = None,
+    tokens: TokenFile | None = None,
+) -> web.Application:
+    """`signatures` is this process's book, or a function ranking gaps from elsewhere;
+    `details` adds fields (the supervisor's worker list) to the /readyz answer; `tokens`, the
+    bearer tokens every path but the probes' requires."""
+    app = web.Application(middlewares=[_token_required(tokens)] if tokens is not None else [])
+    app[READY_CHECK] = is_ready
+    app[GAPS] = _local(signatures) if isinstance(signatures, SignatureBook) else signatures
+    app[METRICS] = metrics
+    app[DETAILS] = details
+    app[FOLLOWUPS] = (
+        _local_followups(followups) if isinstance(followups, FollowupBook) else followups
+    )
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/gaps", _gaps)
+    app.router.add_get("/followups", _followups)
+    return app
+
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""What a kubelet probe asks for, and it carries no token: liveness and readiness only."""
+REALM = 'Bearer realm="mendpoint-admin"'
+NEEDS_TOKEN = (
+    "this admin path needs Authorization: Bearer TOKEN, a token of the gateway's "
+    "admin_token_file (docs/security.md#admin-authentication)"
+)
+
+
+def _token_required(tokens: TokenFile) -> Middleware:
+    """Every path but the probes' needs `Authorization: Bearer TOKEN`, a new one included:
+    /metrics names routes, rules and traffic, /gaps the upstreams' (redacted) messages."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            reason = tokens.check(request.headers.get(hdrs.AUTHORIZATION))
+            if reason is not None:
+                ADMIN_AUTH_FAILURES.labels(reason=reason).inc()
+                return web.json_response(
+                    {"error": NEEDS_TOKEN}, status=401, headers={hdrs.WWW_AUTHENTICATE: REALM}
+                )
+        return await handler(request)
+
+    return check
+
+
+def admin_tokens(path: str | None) -> TokenFile | None:
+    return None if path is None else TokenFile(path, name="admin token file")
+
+
+def warn_if_exposed(host: str, tokens: TokenFile | None) -> None:
+    """Once, at start: an admin listener others can reach, with nothing to keep them out."""
+    if tokens is None and not is_loopback(host):
+        log.warning(
+            "admin listener on %s without admin_token_file: anyone who can reach it can read "
+            "/metrics (routes, rules, traffic), /gaps (upstream error messages) and "
+            "/followups; set admin_token_file or MENDPOINT_ADMIN_TOKEN_FILE, or bind it to "
+            "a loopback address (docs/security.md#admin-authentication)",
+            host,
+        )
+
+
+def _local_followups(book: FollowupBook) -> FollowupsSource:
+    async def table() -> FollowupTable:
+        return book.settings.window_s, book.table()
+
+    return table
+
+
+def _local(book: SignatureBook) -> GapsSource:
+    async def top(limit: int) -> Ranked:
+        return book.top(limit)
+
+    return top
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    response = web.Response(body=request.app[METRICS]())
+    response.headers["Content-Type"] = METRICS_CONTENT_TYPE
+    return response
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ready = request.app[READY_CHECK]()
+    details = request.app[DETAILS]
+    payload: dict[str, object] = {"status": "ready" if ready else "not ready"}
+    if details is not None:
+        payload.update(details())
+    return web.json_response(payload, status=200 if ready else 503)
+
+
+async def _gaps(request: web.Request) -> web.Response:
+    """The top unmatched-error signatures, most frequent first (`?limit=N`, default 20)."""
+    try:
+        limit = max(1, min(MAX_GAPS, int(request.query.get("limit", "20"))))
+    except ValueError:
+        return web.json_response({"error": "limit must be an integer"}, status=400)
+    top = await request.app[GAPS](limit)
+    payload = [
+        {"route": s.route, "status": s.status, "signature": s.text, "count": count}
+        for s, count in top
+    ]
+    return web.Response(
+        body=json.dumps({"signatures": payload}, ensure_ascii=False).encode(),
+        content_type="application/json",
+    )
+
+
+async def _followups(request: web.Request) -> web.Response:
+    """What callers did after each code's failures (docs/operations.md, "Follow-ups")."""
+    source = request.app[FOLLOWUPS]
+    if source is None:
+        return web.json_response({"error": "follow-up tracking is not available here"}, status=404)
+    window_s, rows = await source()
+    return web.Response(
+        body=json.dumps({"window_s": window_s, "codes": rows}, ensure_ascii=False).encode(),
+        content_type="application/json",
+    )
+
+
+# --- the other side: `mendpoint gaps`, `followups` and `suggest --from HOST:PORT` -------------
+
+
+class AdminError(RuntimeError):
+    """An admin endpoint that could not be read; the message says why (never the token)."""
+
+
+def admin_token(path: str | None) -> str | None:
+    """The token to send: the first line of `path`, else of MENDPOINT_ADMIN_TOKEN_FILE's file
+    (the gateway accepts every line, so a rotation can move the clients first)."""
+    path = path or os.environ.get(ADMIN_TOKEN_ENV, "").strip() or None
+    if path is None:
+        return None
+    try:
+        return read_tokens(path)[0]
+    except TokenError as exc:
+        raise AdminError(str(exc)) from None
+
+
+def admin_get(admin: str, path: str, token: str | None) -> object:
+    """The JSON an admin endpoint answers, `admin` a URL or HOST:PORT (AdminError)."""
+    base = admin if "://" in admin else f"http://{admin}"
+    url = f"{base.rstrip('/')}{path}"
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            what = (
+                "the token given is not one its admin_token_file holds"
+                if token is not None
+                else f"it needs the admin token: give --token-file FILE or {ADMIN_TOKEN_ENV}"
+            )
+            raise AdminError(f"{url} answered 401: {what}") from None
+        raise AdminError(f"cannot read {url}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise AdminError(f"cannot read {url}: {exc}") from None

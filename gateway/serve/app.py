@@ -1,0 +1,452 @@
+"""Composition root: builds the aiohttp application and server from a loaded config.
+
+Refuses to run on aiohttp's pure-Python HTTP parser (the C parser is the one hardened against
+request smuggling), owns the shared upstream `ClientSession` through `cleanup_ctx`, and caps
+concurrent client connections by answering the excess with a 503 before parsing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol, cast
+
+from aiohttp import helpers, web
+
+from gateway.config.errors import ConfigError
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
+from gateway.config.models import GatewayConfig, parse_host_port
+from gateway.config.watch import ConfigWatcher
+from gateway.feedback.capture import Captures
+from gateway.feedback.followups import FollowupBook
+from gateway.feedback.signatures import SignatureBook
+from gateway.fence.aiohttp_private import server_handler_kwargs
+from gateway.mcp import bridge_owners
+from gateway.mcp import sessions_state as mcp_runtime
+from gateway.proxy.connection import (
+    AnyPathResource,
+    AsteriskResource,
+    GatewayProtocol,
+    close_after_upgrade_request,
+)
+from gateway.proxy.followup_watch import FOLLOWUP_BOOK
+from gateway.proxy.own_answers import refused_connection
+from gateway.proxy.state import (
+    CAPTURES,
+    SIGNATURES,
+    STATE,
+    UPSTREAM,
+    GatewayState,
+    StateHolder,
+)
+from gateway.proxy.upstream.client import UpstreamClient
+from gateway.serve import listeners
+from gateway.serve.admin import admin_tokens, build_admin_app, warn_if_exposed
+from gateway.serve.handler import expect, handle
+from gateway.serve.listeners import dual_stack_socket
+from gateway.serve.process_tuning import settle
+from gateway.telemetry.logs import set_access_log
+from gateway.telemetry.metrics import READY, RELOADS
+
+log = logging.getLogger("mendpoint")
+
+OVERLOADED_BODY = b"Gateway connection limit reached\n"
+OVERLOADED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(OVERLOADED_BODY), OVERLOADED_BODY)
+)
+
+
+class UnsafeRuntime(RuntimeError):
+    """The environment would make the gateway unsafe to expose (e.g. pure-Python parser)."""
+
+
+def require_c_parser() -> None:
+    if helpers.NO_EXTENSIONS:
+        raise UnsafeRuntime(
+            "AIOHTTP_NO_EXTENSIONS is set: the pure-Python HTTP parser is not safe against "
+            "request smuggling; unset it to run the gateway"
+        )
+
+
+def build_app(
+    loaded: LoadedConfig,
+    signatures: SignatureBook | None = None,
+    followups: FollowupBook | None = None,
+) -> web.Application:
+    app = web.Application()
+    app[STATE] = StateHolder(GatewayState.build(loaded))
+    app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
+    app[CAPTURES] = Captures()
+    app.on_cleanup.append(_flush_captures)
+    app[FOLLOWUP_BOOK] = followups or FollowupBook(loaded.config.followups, origin=os.getpid())
+    app.cleanup_ctx.append(_sweep_followups)
+    mcp_runtime.install(app, loaded)
+    app.cleanup_ctx.append(_upstream_client)
+    app.on_cleanup.append(_close_resolver)
+    app.router.register_resource(AnyPathResource(handle, expect))
+    app.router.register_resource(AsteriskResource(handle, expect))  # OPTIONS *
+    app.on_response_prepare.append(close_after_upgrade_request)
+    return app
+
+
+async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
+    client = UpstreamClient(app[STATE].current.loaded.config.limits)
+    app[UPSTREAM] = client
+    yield
+    await client.close()
+
+
+async def _sweep_followups(app: web.Application) -> AsyncIterator[None]:
+    """Settle failures nobody followed up as `abandoned`, a few times per window."""
+    book = app[FOLLOWUP_BOOK]
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(min(1.0, book.settings.window_s / 4))
+            book.sweep()
+
+    task = asyncio.get_running_loop().create_task(sweep())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _flush_captures(app: web.Application) -> None:
+    await app[CAPTURES].flush()
+
+
+async def _close_resolver(app: web.Application) -> None:
+    await app[STATE].current.recovery.close()
+
+
+class ConnectionCap:
+    """Client connections counted from the moment they are accepted until they end.
+
+    aiohttp registers a connection in `server.connections` only in `connection_made`, a turn
+    of the event loop after the accept, and the loop accepts up to the whole backlog in one
+    turn: a burst counted there overshoots the cap by up to a backlog (5,200 at once held
+    4,627 against 4,096). The factory counts here instead, before the connection exists.
+    """
+
+    __slots__ = ("limit", "open")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    @property
+    def full(self) -> bool:
+        return self.open >= self.limit
+
+    def accepted(self) -> None:
+        self.open += 1
+
+    def ended(self) -> None:
+        self.open -= 1
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over the cap: answered 503 before anything is read, then closed."""
+
+    def __init__(self, answer: bytes | None) -> None:
+        self.answer = OVERLOADED if answer is None else answer
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, so this is a cast.
+        transport = cast(asyncio.Transport, transport)
+        transport.write(self.answer)
+        transport.close()
+
+
+# Settings read once when the server starts; a reload that changes them is logged, not applied.
+RESTART_ONLY = ("listen", "admin", "admin_token_file", "workers", "limits", "shutdown")
+
+
+class GatewayServer:
+    """A running gateway: data listener with a connection cap, admin listener, reload, drain."""
+
+    def __init__(self, loaded: LoadedConfig, config_path: str | None = None) -> None:
+        require_c_parser()
+        self.config_path = config_path
+        self.signatures = SignatureBook()
+        self.followups = FollowupBook(loaded.config.followups, origin=os.getpid())
+        self.app = build_app(loaded, self.signatures, self.followups)
+        limits = loaded.config.limits
+        self.runner = web.AppRunner(
+            self.app,
+            # A request body is forwarded as the client sent it. aiohttp would inflate a gzip
+            # or deflate body by default, and the upstream would read the inflated bytes
+            # against the client's Content-Length: a second request smuggled past the route
+            # table (docs/transparency.md#request-bodies).
+            auto_decompress=False,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            keepalive_timeout=limits.keepalive_timeout_s,
+            max_line_size=limits.max_line_bytes,
+            max_field_size=limits.max_header_bytes,
+            max_headers=limits.max_headers,
+            shutdown_timeout=loaded.config.shutdown.grace_s,
+        )
+        self.admin_runner: web.AppRunner | None = None
+        self.admin_address: tuple[str, int] | None = None
+        self.ready = False
+        self.on_ready: list[Callable[[bool], None]] = []  # told of every readiness change
+        self._server: asyncio.Server | None = None
+        self.connections = ConnectionCap(limits.max_client_connections)
+        self._retired: set[asyncio.Task[None]] = set()
+
+    @property
+    def loaded(self) -> LoadedConfig:
+        return self.app[STATE].current.loaded
+
+    async def start(
+        self, listen: str | None = None, admin: str | None = None, *, reuse_port: bool = False
+    ) -> tuple[str, int]:
+        """Bind and serve; returns the bound address (port 0 picks a free port).
+
+        `reuse_port` (SO_REUSEPORT) lets the workers of `serve --workers N` share the port.
+        """
+        await self.runner.setup()
+        host, port = parse_host_port(listen or self.loaded.config.listen)
+        server = self.runner.server
+        assert server is not None
+        cap = self.connections = ConnectionCap(self.loaded.config.limits.max_client_connections)
+        loop = asyncio.get_running_loop()
+
+        holder = self.app[STATE]
+
+        def factory() -> asyncio.Protocol:
+            if cap.full:
+                return _Refuse(refused_connection(holder.current))
+            # What `server()` builds, with the gateway's precise 414/431 for oversize heads.
+            protocol = GatewayProtocol(
+                server, loop=loop, state=holder, on_lost=cap.ended, **server_handler_kwargs(server)
+            )
+            cap.accepted()
+            return protocol
+
+        dual = dual_stack_socket(host, port, reuse_port=reuse_port)
+        if dual is not None:  # `[::]`: IPv4 clients too (gateway.serve.listeners)
+            self._server = await loop.create_server(factory, sock=dual, backlog=1024)
+        else:
+            self._server = await loop.create_server(
+                factory, host, port, reuse_address=True, reuse_port=reuse_port, backlog=1024
+            )
+        sibling_socket = bridge_owners.own_socket()
+        if sibling_socket is not None:  # a worker: its siblings relay bridge sessions here
+            await web.UnixSite(self.runner, sibling_socket).start()
+        if admin is not None:
+            self.admin_address = await self._start_admin(admin)
+        self._set_ready(True)
+        sock: socket.socket = self._server.sockets[0]
+        bound = sock.getsockname()
+        return str(bound[0]), int(bound[1])
+
+    async def _start_admin(self, admin: str) -> tuple[str, int]:
+        host, port = parse_host_port(admin)
+        tokens = admin_tokens(self.loaded.admin_token_file)
+        warn_if_exposed(host, tokens)
+        self.admin_runner = web.AppRunner(
+            build_admin_app(
+                lambda: self.ready, self.signatures, followups=self.followups, tokens=tokens
+            ),
+            access_log=None,
+        )
+        await self.admin_runner.setup()
+        await listeners.site(self.admin_runner, host, port).start()
+        bound = self.admin_runner.addresses[0]  # whatever the loop's Server class is
+        return str(bound[0]), int(bound[1])
+
+    def _set_ready(self, ready: bool) -> None:
+        self.ready = ready
+        READY.set(1 if ready else 0)
+        for observer in self.on_ready:
+            observer(ready)
+
+    async def reload(self) -> bool:
+        """Load, validate and compile the config file; swap it in only if all of that worked.
+
+        Requests already running keep the state they started with. A bad file leaves the
+        running config in place and says why, with file and line.
+        """
+        if self.config_path is None:
+            log.warning("reload requested, but the gateway runs without a config file")
+            return False
+        loop = asyncio.get_running_loop()
+        try:
+            running = self.app[STATE].current.loaded.config
+            state = await loop.run_in_executor(None, _build_state, self.config_path, running)
+        except ConfigError as exc:
+            RELOADS.labels(result="failure").inc()
+            log.error("config reload failed; keeping the running config:\n%s", exc)
+            return False
+        holder = self.app[STATE]
+        old = holder.current
+        holder.current = state
+        self.followups.configure(state.loaded.config.followups)
+        set_access_log(state.loaded.config.log.access)
+        RELOADS.labels(result="success").inc()
+        log.info("config reloaded from %s (%d rules)", self.config_path, len(state.loaded.rules))
+        self._retire(old)
+        return True
+
+    def _retire(self, old: GatewayState) -> None:
+        """Close the old state's resolver client once requests that may use it have ended."""
+        linger_s = old.loaded.config.enrich_budget_ms / 1000 * 2 + 1
+
+        async def close_later() -> None:
+            await asyncio.sleep(linger_s)
+            await old.recovery.close()
+
+        task = asyncio.get_running_loop().create_task(close_later())
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
+
+    async def drain(self, delay_s: float | None = None) -> None:
+        """Readiness false, wait `drain_delay_s` for load balancers, then stop accepting."""
+        self._set_ready(False)
+        delay = self.loaded.config.shutdown.drain_delay_s if delay_s is None else delay_s
+        log.info("draining: not ready; closing listeners in %.1f s", delay)
+        await asyncio.sleep(delay)
+        if self._server is not None:
+            self._server.close()
+
+    async def stop(self) -> None:
+        """Stop accepting; what is in flight (requests, SSE streams, tunnels, bridge calls)
+        gets `shutdown.grace_s` to finish, and then every connection still open is cut, so
+        stopping ends within the grace whatever is open (docs/operations.md#reload-and-shutdown).
+
+        aiohttp's own shutdown waits `shutdown_timeout` for each handler, then cancels only
+        the request's body and waits as long again: a stream, which reads no body, held the
+        drain for twice the grace. Cutting the connection cancels its handler instead
+        (`handler_cancellation`), and aiohttp's wait ends with it.
+        """
+        self._set_ready(False)
+        loop = asyncio.get_running_loop()
+        stop_by = loop.time() + self.loaded.config.shutdown.grace_s
+        self.app[mcp_runtime.MCP_RUNTIME].stop_by = stop_by
+        server = self.runner.server
+        cut = None if server is None else loop.call_at(stop_by, _cut_connections, server)
+        try:
+            if self._server is not None:
+                self._server.close()
+            await self.runner.cleanup()
+            if self._server is not None:
+                await self._server.wait_closed()  # after the cut: 3.12 waits for connections
+        finally:
+            if cut is not None:
+                cut.cancel()
+        if self.admin_runner is not None:
+            await self.admin_runner.cleanup()
+        for task in list(self._retired):
+            task.cancel()
+
+
+def _cut_connections(server: web.Server) -> None:
+    """The grace is over: end every client connection still open, each handler cancelled
+    with it (a tunnel is counted `cancelled`, a stream's upstream connection is closed)."""
+    connections = server.connections
+    if connections:
+        log.warning("shutdown.grace_s is over: closing %d connections still open", len(connections))
+    for connection in connections:
+        transport = connection.transport
+        if transport is not None:
+            transport.abort()
+
+
+def _build_state(path: str, running: GatewayConfig) -> GatewayState:
+    """The state of a reloaded file, with the running process's restart-only settings: a
+    reload that changes them says so and changes nothing they govern (a 413's limit, the
+    limit a refusal's fix names), so what the gateway enforces and what it says agree."""
+    loaded = load_config(path)
+    kept = {}
+    for key in RESTART_ONLY:
+        if getattr(running, key) != getattr(loaded.config, key):
+            log.warning("config reload: %r changed; it takes effect on restart", key)
+            kept[key] = getattr(running, key)
+    if kept:
+        loaded.config = loaded.config.model_copy(update=kept)
+    return GatewayState.build(loaded)
+
+
+class Supervisor(Protocol):
+    """The supervisor this process serves under as one of `serve --workers N`
+    (gateway.serve.workers).
+
+    `attach` reports readiness to it from then on and answers its questions; `stop_now` is
+    called when the supervisor is gone, so no worker outlives it.
+    """
+
+    async def attach(self, server: GatewayServer, stop_now: Callable[[], None]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+async def serve_forever(
+    loaded: LoadedConfig,
+    listen: str | None = None,
+    admin: str | None = None,
+    config_path: str | None = None,
+    supervisor: Supervisor | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM; reload on SIGHUP and on config file changes; drain on exit.
+
+    `admin` None runs no admin listener (the caller resolves the config's default). A worker
+    under a `supervisor` shares the port with its siblings and has no admin listener.
+    """
+    server = GatewayServer(loaded, config_path)
+    host, port = await server.start(listen, admin, reuse_port=supervisor is not None)
+    settle()  # after start-up: what exists now lives forever (gateway.serve.process_tuning)
+    routes = ", ".join(
+        f"{r.prefix} -> {r.upstream or ' '.join(r.command or [])} ({r.mode.value})"
+        for r in loaded.config.routes
+    )
+    log.info("mendpoint listening on http://%s:%d  routes: %s", host, port, routes)
+    if server.admin_address is not None:
+        log.info(
+            "admin listening on http://%s:%d (/metrics /healthz /readyz /gaps)",
+            *server.admin_address,
+        )
+    stop = asyncio.Event()
+    interactive = False
+    loop = asyncio.get_running_loop()
+
+    def on_interrupt() -> None:
+        nonlocal interactive
+        interactive = True  # Ctrl-C at a terminal: nobody's load balancer to wait for
+        stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    pending: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = loop.create_task(server.reload())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    watcher = ConfigWatcher(lambda: server.loaded.files, server.reload)
+    if config_path is not None:
+        watcher.start()
+    if supervisor is not None:
+        await supervisor.attach(server, on_interrupt)
+    try:
+        await stop.wait()
+        log.info("mendpoint shutting down")
+        await server.drain(0.0 if interactive else None)
+    finally:
+        await watcher.stop()
+        await server.stop()
+        if supervisor is not None:
+            await supervisor.close()
+        log.info("mendpoint stopped")

@@ -1,0 +1,527 @@
+"""Metrics: the only module that imports prometheus_client, and the one list of metric names.
+
+Label values come from closed sets (categories, modes, outcomes, status classes, HTTP methods)
+or from the config (route names, rule ids and codes, intents declared by rules), never from
+request data, so the number of series is bounded by the config. Every metric here is
+documented in docs/operations.md (Metrics).
+
+With `serve --workers N` (gateway.serve.workers) each worker process runs with
+`PROMETHEUS_MULTIPROC_DIR` set before this module is imported, so the metrics below write to
+per-process files in that directory; the supervisor reads them all (`WorkerMetrics`) and is the
+only process that serves /metrics. Gauges say how they combine across workers
+(`multiprocess_mode`); in a single process that argument is ignored and nothing costs more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+from typing import Literal
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+log = logging.getLogger("mendpoint.resolve")
+identity_log = logging.getLogger("mendpoint.callers")
+
+# `_created` series double the output and no dashboard uses them. (The library does not
+# annotate this function; the ignore covers only that missing annotation.)
+disable_created_metrics()  # type: ignore[no-untyped-call]
+REGISTRY = CollectorRegistry(auto_describe=True)
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+KNOWN_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+RESOLVER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+
+class FallbackReason(StrEnum):
+    """Why the original upstream response went out instead of an upgraded one."""
+
+    EXCEPTION = "exception"
+    ENRICH_BUDGET = "enrich_budget"
+    BODY_TOO_LARGE = "body_too_large"
+
+
+class ResolverOutcome(StrEnum):
+    OPTIONS = "options"
+    NONE = "none"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    CIRCUIT_OPEN = "circuit_open"
+
+
+REQUESTS = Counter(
+    "mendpoint_requests_total",
+    "Client requests by route, method and response status class",
+    ["route", "method", "status_class"],
+    registry=REGISTRY,
+)
+UPSTREAM_LATENCY = Histogram(
+    "mendpoint_upstream_latency_seconds",
+    "Time from sending the request upstream to receiving its response headers",
+    ["route"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+FAILURES = Counter(
+    "mendpoint_failures_total",
+    "Failures classified, in every mode (original included: shadow traffic counts)",
+    ["route", "category", "code", "rule", "mode"],
+    registry=REGISTRY,
+)
+ENVELOPES = Counter(
+    "mendpoint_envelopes_total",
+    "Failure responses delivered upgraded (headers added or body rewritten), by mode",
+    ["route", "mode"],
+    registry=REGISTRY,
+)
+ANSWER_CACHE = Counter(
+    "mendpoint_answer_cache_total",
+    "Failures answered from the answer cache (hit) or enriched and kept for the next (miss)",
+    ["result"],
+    registry=REGISTRY,
+)
+FALLBACKS = Counter(
+    "mendpoint_fail_open_total",
+    "Failures sent as the original upstream response, by reason",
+    ["route", "reason"],
+    registry=REGISTRY,
+)
+UPSTREAM_REPLAYS = Counter(
+    "mendpoint_upstream_replays_total",
+    "Requests sent once more on a fresh connection: a reused one had been closed by the "
+    "upstream before any answer (docs/transparency.md)",
+    registry=REGISTRY,
+)
+POOL_REFUSALS = Counter(
+    "mendpoint_upstream_pool_refusals_total",
+    "Requests answered 503 GATEWAY_UPSTREAM_LIMIT, never sent: no upstream connection came "
+    "within the wait because the gateway's own limit was full (limit: route for "
+    "routes[].max_connections, total for limits.max_upstream_connections)",
+    ["route", "limit"],
+    registry=REGISTRY,
+)
+UPSTREAM_STREAMS = Gauge(
+    "mendpoint_upstream_streams",
+    "Upstream connections carrying a stream right now, outside the request limits "
+    "(at most limits.max_upstream_streams; docs/transparency.md)",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+TUNNELS_OPENED = Counter(
+    "mendpoint_tunnels_opened_total",
+    "WebSocket tunnels opened: the upstream answered the handshake 101 (docs/transparency.md)",
+    ["route"],
+    registry=REGISTRY,
+)
+TUNNELS_CLOSED = Counter(
+    "mendpoint_tunnels_closed_total",
+    "WebSocket tunnels closed, by reason: client_closed, upstream_closed, idle_timeout, cancelled",
+    ["route", "reason"],
+    registry=REGISTRY,
+)
+UNMATCHED = Counter(
+    "mendpoint_unmatched_failures_total",
+    "Failures only a shipped default rule matched (see /gaps for their signatures)",
+    ["route", "status_class"],
+    registry=REGISTRY,
+)
+FOLLOWUPS = Counter(
+    "mendpoint_followups_total",
+    "Failures by what the caller did next (gateway.feedback.followups.Outcome)",
+    ["route", "code", "outcome"],
+    registry=REGISTRY,
+)
+RECOVERY_SECONDS = Histogram(
+    "mendpoint_recovery_seconds",
+    "Time from a failure to the caller's first success on the same route, method and target",
+    ["route", "code"],
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600),
+    registry=REGISTRY,
+)
+FOLLOWUPS_EVICTED = Counter(
+    "mendpoint_followups_evicted_total",
+    "Open failures dropped unsettled because followups.max_tracked or max_bytes was reached",
+    ["route"],
+    registry=REGISTRY,
+)
+RESOLVER_LATENCY = Histogram(
+    "mendpoint_resolver_latency_seconds",
+    "Time spent resolving recovery options",
+    buckets=RESOLVER_BUCKETS,
+    registry=REGISTRY,
+)
+RESOLUTIONS = Counter(
+    "mendpoint_resolver_outcomes_total",
+    "Recovery resolutions by outcome",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CATALOG_GAPS = Counter(
+    "mendpoint_resolver_catalog_gap_total",
+    "Failures whose recovery intent no skill in the catalog declares",
+    ["intent"],
+    registry=REGISTRY,
+)
+RELOADS = Counter(
+    "mendpoint_config_reloads_total",
+    "Config reloads by result",
+    ["result"],
+    registry=REGISTRY,
+)
+UNTRUSTED_IDENTITY = Counter(
+    "mendpoint_untrusted_identity_headers_total",
+    "Caller identity headers (callers.source: trusted_header) sent by a peer outside "
+    "trusted_proxies and ignored: the caller was treated as anonymous",
+    registry=REGISTRY,
+)
+IdentitySource = Literal["api_key", "trusted_header"]
+AMBIGUOUS_IDENTITY = Counter(
+    "mendpoint_ambiguous_identity_total",
+    "Requests whose identity header came more than once (or, for a caller name, with a "
+    "comma: two names combined), by callers.source: the caller was treated as anonymous",
+    ["source"],
+    registry=REGISTRY,
+)
+ADMIN_AUTH_FAILURES = Counter(
+    "mendpoint_admin_auth_failures_total",
+    "Admin requests (/metrics, /gaps, /followups) refused with 401 because admin_token_file "
+    "is set, by reason (missing or wrong token)",
+    ["reason"],
+    registry=REGISTRY,
+)
+RESOLVER_AUTH_FAILURES = Counter(
+    "mendpoint_resolver_auth_failures_total",
+    "Requests `mendpoint resolver` refused with 401, by reason (missing or wrong token)",
+    ["reason"],
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "mendpoint_in_flight_requests",
+    "Client requests being handled right now",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",  # across workers: the sum over the ones alive
+)
+READY_NAME = "mendpoint_ready"
+READY_HELP = "1 while the gateway accepts traffic (config loaded, listeners bound, not draining)"
+READY = Gauge(
+    READY_NAME,
+    READY_HELP,
+    registry=REGISTRY,
+    # Across workers the supervisor reports its own verdict instead (WorkerMetrics); in the
+    # files, a worker that is not ready makes the minimum 0.
+    multiprocess_mode="livemin",
+)
+
+for _outcome in ResolverOutcome:
+    RESOLUTIONS.labels(outcome=_outcome.value)
+for _result in ("success", "failure"):
+    RELOADS.labels(result=_result)
+_ANSWER_CACHE_RESULTS = {
+    hit: ANSWER_CACHE.labels(result="hit" if hit else "miss") for hit in (True, False)
+}
+for _reason in ("missing", "wrong"):
+    RESOLVER_AUTH_FAILURES.labels(reason=_reason)
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "OTHER"
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx" if 100 <= status <= 599 else "other"
+
+
+def count_request(route: str, method: str, status: int) -> None:
+    """`REQUESTS` for one finished request, through a cached child: `labels()` validates and
+    takes a lock on every call, a measurable share of the success path (docs/performance.md).
+    """
+    _request_child(route, method_label(method), status_class(status)).inc()
+
+
+def observe_upstream(route: str, seconds: float) -> None:
+    """`UPSTREAM_LATENCY` for one response, through a cached child (see `count_request`)."""
+    _latency_child(route).observe(seconds)
+
+
+# Bounded: routes come from the config, methods and status classes from closed sets.
+@functools.lru_cache(maxsize=4096)
+def _request_child(route: str, method: str, status_class: str) -> Counter:
+    return REQUESTS.labels(route=route, method=method, status_class=status_class)
+
+
+def count_failure(route: str, category: str, code: str, rule: str, mode: str) -> None:
+    """`FAILURES` for one classified failure, through a cached child (see `count_request`)."""
+    _failure_child(route, category, code, rule, mode).inc()
+
+
+def count_envelope(route: str, mode: str) -> None:
+    """`ENVELOPES` for one upgraded failure response, through a cached child."""
+    _envelope_child(route, mode).inc()
+
+
+def count_unmatched(route: str, kind: str) -> None:
+    """`UNMATCHED` for one failure only a shipped default matched, through a cached child."""
+    _unmatched_child(route, kind).inc()
+
+
+def count_resolution(outcome: ResolverOutcome) -> None:
+    """`RESOLUTIONS` for one resolution outcome (a closed set), through a cached child."""
+    _resolution_child(outcome).inc()
+
+
+# Bounded: routes, codes and rules come from the config, categories and modes are closed sets.
+@functools.lru_cache(maxsize=4096)
+def _failure_child(route: str, category: str, code: str, rule: str, mode: str) -> Counter:
+    return FAILURES.labels(route=route, category=category, code=code, rule=rule, mode=mode)
+
+
+@functools.lru_cache(maxsize=1024)
+def _envelope_child(route: str, mode: str) -> Counter:
+    return ENVELOPES.labels(route=route, mode=mode)
+
+
+# Bounded: routes come from the config, status classes from a closed set.
+@functools.lru_cache(maxsize=1024)
+def _unmatched_child(route: str, kind: str) -> Counter:
+    return UNMATCHED.labels(route=route, status_class=kind)
+
+
+@functools.lru_cache(maxsize=16)
+def _resolution_child(outcome: ResolverOutcome) -> Counter:
+    return RESOLUTIONS.labels(outcome=outcome.value)
+
+
+_POOL_LIMITS = {"route_connections": "route", "upstream_connections": "total"}
+
+
+def count_pool_refusal(route: str, refusal: str) -> None:
+    """`POOL_REFUSALS` for one request the gateway's own upstream limit kept from being sent
+    (`refusal`: gateway.failure.Refusal's route or upstream connections)."""
+    _pool_refusal_child(route, _POOL_LIMITS[refusal]).inc()
+
+
+# Bounded: routes come from the config, limits from a closed set.
+@functools.lru_cache(maxsize=1024)
+def _pool_refusal_child(route: str, limit: str) -> Counter:
+    return POOL_REFUSALS.labels(route=route, limit=limit)
+
+
+def count_answer_cache(hit: bool) -> None:
+    """`ANSWER_CACHE`: one failure answered from the cache (`hit`) or looked up there in vain."""
+    _ANSWER_CACHE_RESULTS[hit].inc()
+
+
+def count_followup(route: str, code: str, outcome: str) -> None:
+    """`FOLLOWUPS` for one settled failure, through a cached child (see `count_request`)."""
+    _followup_child(route, code, outcome).inc()
+
+
+# Bounded: routes and codes come from the config, outcomes from a closed set.
+@functools.lru_cache(maxsize=4096)
+def _followup_child(route: str, code: str, outcome: str) -> Counter:
+    return FOLLOWUPS.labels(route=route, code=code, outcome=outcome)
+
+
+@functools.lru_cache(maxsize=1024)
+def _latency_child(route: str) -> Histogram:
+    return UPSTREAM_LATENCY.labels(route=route)
+
+
+def exposition() -> bytes:
+    """The Prometheus text format of every Mendpoint metric."""
+    return generate_latest(REGISTRY)
+
+
+# --- serve --workers N: the supervisor's view (gateway.serve.workers) ---------------------------
+
+MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_STATES = ("configured", "running", "ready")
+
+
+class SupervisorMetrics:
+    """The supervisor's own metrics, made only in the supervisor: created at import, a
+    worker would write them to its files too, and /metrics would show them twice."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.restarts = Counter(
+            "mendpoint_worker_restarts_total",
+            "Worker processes started again after one exited unexpectedly",
+            registry=self.registry,
+        )
+        self.workers = Gauge(
+            "mendpoint_workers",
+            "Worker processes: configured, running (process alive) and ready (serving)",
+            ["state"],
+            registry=self.registry,
+        )
+        for state in WORKER_STATES:
+            self.workers.labels(state=state)
+
+
+class WorkerMetrics:
+    """A collector for the supervisor: every worker's metrics, summed, plus its own.
+
+    Counters and histograms add up over every worker that ever ran (an exited worker's files
+    are folded into an archive, `retire_worker`), so restarts never make a counter go back.
+    `mendpoint_ready` is not read from the files: it is the supervisor's verdict (every worker
+    ready, not draining), the same one /readyz gives.
+    """
+
+    def __init__(self, path: str, ready: Callable[[], bool], own: SupervisorMetrics) -> None:
+        self._path = path
+        self._ready = ready
+        self._own = own
+
+    def collect(self) -> Iterable[Metric]:
+        files = glob.glob(os.path.join(self._path, "*.db"))
+        merged: Iterable[Metric] = MultiProcessCollector.merge(files)  # type: ignore[no-untyped-call]
+        for metric in sorted(merged, key=lambda m: m.name):
+            if metric.name != READY_NAME:
+                yield metric
+        yield GaugeMetricFamily(READY_NAME, READY_HELP, value=1.0 if self._ready() else 0.0)
+        yield from self._own.registry.collect()
+
+
+def worker_exposition(
+    path: str, ready: Callable[[], bool], own: SupervisorMetrics
+) -> Callable[[], bytes]:
+    """The supervisor's /metrics body, as a function of nothing."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerMetrics(path, ready, own))
+    return functools.partial(generate_latest, registry)
+
+
+def retire_worker(path: str, pid: int) -> None:
+    """After worker `pid` exited: drop its live gauges, fold its counters and histograms into
+    one archive file per type, so a scrape reads a bounded number of files however often
+    workers restart.
+
+    Synchronous on purpose: the supervisor runs it on the event loop that also answers
+    /metrics, so no scrape sees the new archive and the dead worker's file both.
+    """
+    mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+    for kind in ("counter", "histogram"):
+        dead = os.path.join(path, f"{kind}_{pid}.db")
+        if not os.path.exists(dead):
+            continue
+        archive = os.path.join(path, f"{kind}_archive.db")
+        totals: dict[str, float] = {}
+        for source in (archive, dead):
+            if os.path.exists(source):
+                for key, value, _, _ in MmapedDict.read_all_values_from_file(source):  # type: ignore[no-untyped-call]
+                    totals[key] = totals.get(key, 0.0) + value
+        partial = archive + ".partial"  # not *.db: never read half-written
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+        out = MmapedDict(partial)  # type: ignore[no-untyped-call]
+        try:
+            for key, value in totals.items():
+                out.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
+        finally:
+            out.close()  # type: ignore[no-untyped-call]
+        os.replace(partial, archive)
+        os.remove(dead)
+
+
+MAX_GAP_INTENTS = 500
+
+
+class GapReporter:
+    """Counts every catalog gap and logs each intent at most once per `interval_s`.
+
+    At most `MAX_GAP_INTENTS` distinct intents get their own label; the rest share "other",
+    so a resolver server fed arbitrary intents cannot grow the metric without bound.
+    """
+
+    def __init__(self, interval_s: float = 300.0) -> None:
+        self._interval_s = interval_s
+        self._last_logged: dict[str, float] = {}
+
+    def report(self, intent: str) -> None:
+        if intent not in self._last_logged and len(self._last_logged) >= MAX_GAP_INTENTS:
+            CATALOG_GAPS.labels(intent="other").inc()
+            return
+        CATALOG_GAPS.labels(intent=intent).inc()
+        now = time.monotonic()
+        last = self._last_logged.get(intent)
+        if last is None or now - last >= self._interval_s:
+            self._last_logged[intent] = now
+            log.warning("catalog gap: no skill declares recovery intent %r", intent)
+
+
+MAX_REPORTED_PEERS = 4096
+
+
+class SpoofReporter:
+    """Counts identity claims the gateway did not believe; logs each peer once per interval.
+
+    Two kinds: caller headers from a peer outside `trusted_proxies` (`untrusted`), and an
+    identity sent twice, so that which one counts would be a guess (`ambiguous`). A client
+    probing with either would otherwise fill the log one line per request. At most
+    `MAX_REPORTED_PEERS` peers are remembered per kind; past that, entries older than the
+    interval are forgotten, and if none are, the peer is counted but not logged.
+    """
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self._interval_s = interval_s
+        self._last_logged: dict[str, float] = {}
+
+    def report(self, peer: str | None, header: str) -> None:
+        UNTRUSTED_IDENTITY.inc()
+        key = peer or "unknown"
+        if self._due(key):
+            identity_log.warning(
+                "ignored %s from %s: it is not in trusted_proxies, so the caller is anonymous "
+                "(logged once per peer per %.0f s; see docs/security.md)",
+                header,
+                key,
+                self._interval_s,
+            )
+
+    def ambiguous(self, peer: str | None, header: str, source: IdentitySource) -> None:
+        AMBIGUOUS_IDENTITY.labels(source=source).inc()
+        key = peer or "unknown"
+        if self._due("ambiguous " + key):
+            identity_log.warning(
+                "%s came more than once (or with a comma in a name) from %s: which one is "
+                "meant is a guess, so the caller is anonymous (logged once per peer per %.0f "
+                "s; see docs/security.md)",
+                header,
+                key,
+                self._interval_s,
+            )
+
+    def _due(self, key: str) -> bool:
+        """True when `key` was not logged within the interval (and is remembered now)."""
+        now = time.monotonic()
+        last = self._last_logged.get(key)
+        if last is not None and now - last < self._interval_s:
+            return False
+        if last is None and len(self._last_logged) >= MAX_REPORTED_PEERS:
+            cutoff = now - self._interval_s
+            self._last_logged = {p: t for p, t in self._last_logged.items() if t > cutoff}
+            if len(self._last_logged) >= MAX_REPORTED_PEERS:
+                return False
+        self._last_logged[key] = now
+        return True

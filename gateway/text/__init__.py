@@ -1,0 +1,1 @@
+"""Text helpers below every layer: Accept negotiation, body text, JSON insertion, safe text."""
