@@ -26,6 +26,7 @@ from gateway.classify import Observation
 from gateway.config.loader import load_config
 from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Mode
+from gateway.proxy.answers import HttpAnswers
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord
@@ -44,17 +45,18 @@ HEADERS = CIMultiDictProxy(
 CALLER = Caller("reader", frozenset({"data:read"}))
 
 
-def enricher(root: Path, cache: bool) -> Enricher:
+def enricher(root: Path, cache: bool) -> HttpAnswers:
     config = fixtures.mendpoint_config("http://127.0.0.1:9", "additive", access_log=False)
     path = root / "bench.yaml"
     path.write_text(json.dumps(config))
-    built = Enricher.build(load_config(str(path)))
+    loaded = load_config(str(path))
+    built = HttpAnswers.build(loaded, Enricher.build(loaded))
     if not cache:
         built.answers = None
     return built
 
 
-async def one(step: Enricher, n: int) -> None:
+async def one(step: HttpAnswers, n: int) -> None:
     obs = Observation(
         route="api",
         method="GET",
@@ -79,7 +81,7 @@ async def one(step: Enricher, n: int) -> None:
     assert rendering is not None and rendering.body is not None
 
 
-async def median_us(step: Enricher, loops: int, rounds: int) -> float:
+async def median_us(step: HttpAnswers, loops: int, rounds: int) -> float:
     await one(step, 0)
     per_call = []
     for r in range(rounds):

@@ -24,7 +24,7 @@ from bench import fixtures
 from gateway.classify import Classifier, Observation
 from gateway.config.loaded import SourcedRule
 from gateway.config.loader import load_config
-from gateway.config.models import RuleSpec
+from gateway.config.rule_model import RuleSpec
 
 COUNTS = (10, 1_000, 10_000)
 SMOKE_COUNTS = (10, 100)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.jsonpath import JsonPath, parse_json_path
-from gateway.config.models import FieldsSpec
+from gateway.config.rule_model import FieldsSpec
 from gateway.failure import FieldError
 from gateway.text.safe_text import clean_text
 

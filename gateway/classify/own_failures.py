@@ -12,7 +12,9 @@ upstream status, so no user rule is shadowed by them.
 from __future__ import annotations
 
 from gateway.classify.rules import CompiledRule
-from gateway.config.models import ErrorSpec, LimitsSpec, RouteSpec
+from gateway.config.models import LimitsSpec
+from gateway.config.route_model import RouteSpec
+from gateway.config.rule_model import ErrorSpec
 from gateway.failure import Category, Refusal
 
 ORIGIN = "built in: the gateway's own answers (docs/transparency.md)"

@@ -18,7 +18,6 @@ from gateway.classify.observation import Observation
 from gateway.classify.retry_hints import HINT_HEADERS
 from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.loaded import SourcedRule
-from gateway.config.models import ErrorSpec, JsonMatch, RetryAfterSpec
 from gateway.config.patterns import (
     LiteralPattern,
     Pattern,
@@ -27,6 +26,7 @@ from gateway.config.patterns import (
     compile_regex,
     parse_status,
 )
+from gateway.config.rule_model import ErrorSpec, JsonMatch, RetryAfterSpec
 from gateway.failure import TransportKind
 
 log = logging.getLogger("mendpoint.classify")

@@ -22,7 +22,7 @@ from gateway.classify.html_message import (
 from gateway.classify.observation import Observation
 from gateway.classify.retry_hints import hinted_delay_ms, parse_duration_ms, parse_retry_after
 from gateway.config.jsonpath import JsonPath, parse_json_path
-from gateway.config.models import RetryAfterSpec
+from gateway.config.rule_model import RetryAfterSpec
 from gateway.failure import Failure
 from gateway.text.safe_text import clean_text
 

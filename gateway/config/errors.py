@@ -1,4 +1,4 @@
-"""The one exception every config loader failure becomes.
+"""The one exception every config loader failure becomes, and the one for other refusals.
 
 A user fixing a config wants every problem at once, each pointing at a file and a line, so a
 `ConfigError` carries a list of `Problem`s instead of stopping at the first.
@@ -35,3 +35,9 @@ class ConfigError(Exception):
     @classmethod
     def single(cls, file: str, line: int | None, field: str, message: str) -> ConfigError:
         return cls([Problem(file, line, field, message)])
+
+
+class Refused(Exception):
+    """Input or an environment the command refuses, said in one line (exit status 1, no
+    traceback): a sample no route matches, a runtime unsafe to expose. `mendpoint` catches it
+    without importing the module that raised it."""

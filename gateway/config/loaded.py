@@ -10,14 +10,9 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 
-from gateway.config.models import (
-    CallersSpec,
-    CommandSpec,
-    GatewayConfig,
-    PolicySpec,
-    RuleSpec,
-    SkillSpec,
-)
+from gateway.config.model_base import CommandSpec
+from gateway.config.models import CallersSpec, GatewayConfig
+from gateway.config.rule_model import PolicySpec, RuleSpec, SkillSpec
 from gateway.config.yamlsrc import YamlDoc
 
 BUILTIN_PREFIX = "builtin:"  # how a shipped pack is named, in `include:` and as a rule's file

@@ -10,9 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from importlib import resources
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import Any
 
 from gateway.config.errors import ConfigError, Problem
 from gateway.config.loaded import (
@@ -22,17 +20,14 @@ from gateway.config.loaded import (
     SourcedCommand,
     SourcedRule,
 )
-from gateway.config.models import (
-    CallersSpec,
-    GatewayConfig,
-    KeysFile,
-    RouteSpec,
-    RulePack,
-)
+from gateway.config.models import CallersSpec, GatewayConfig, KeysFile
+from gateway.config.route_model import RouteSpec
+from gateway.config.rule_model import RulePack
 from gateway.config.salvage import is_inert, salvage
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
 from gateway.config.tls import resolve_resolver_tls, resolve_route_tls
 from gateway.config.validate import validate_loaded
+from gateway.config.yaml_model import M, read_yaml, validate_model
 from gateway.config.yamlsrc import YamlDoc, parse_yaml
 
 DEFAULT_PACKS = ("http-defaults", "mcp-defaults")
@@ -54,9 +49,6 @@ SHAPE_PACKS = (
     "kubernetes",
     "stripe",
 )
-MAX_FILE_BYTES = 8 << 20
-
-M = TypeVar("M", bound=BaseModel)
 
 
 def load_config(path: str) -> LoadedConfig:
@@ -65,7 +57,7 @@ def load_config(path: str) -> LoadedConfig:
     Every problem of every stage is reported at once: a config or pack that fails its model
     is salvaged (`salvage.py`) so the packs it includes and the whole-config checks still run.
     """
-    doc = _read_yaml(path)
+    doc = read_yaml(path)
     found = _Found()
     config = found.validated(GatewayConfig, doc)
     if config is None:
@@ -79,7 +71,7 @@ def load_catalog(path: str) -> LoadedConfig:
     A central resolver serves no routes, so a pack with only `skills:` and `policies:` is
     enough; it is validated exactly as it would be inside a gateway config.
     """
-    doc = _read_yaml(path)
+    doc = read_yaml(path)
     if isinstance(doc.data, dict) and "routes" in doc.data:
         return load_config(path)
     pack = validate_model(RulePack, doc)
@@ -234,7 +226,7 @@ def _load_pack(
     if name is not None:
         return _load_builtin(name, loaded)
     path = entry if os.path.isabs(entry) else os.path.normpath(os.path.join(base_dir, entry))
-    doc = _read_yaml(path)
+    doc = read_yaml(path)
     loaded.files.append(os.path.abspath(path))
     loaded.docs[doc.file] = doc
     if found is None:
@@ -309,7 +301,7 @@ def _add_keys_file(
     path = callers.keys_file
     path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
     try:
-        keys_doc = _read_yaml(path)
+        keys_doc = read_yaml(path)
         extra = validate_model(KeysFile, keys_doc).keys
     except ConfigError as exc:
         return exc.problems
@@ -393,74 +385,6 @@ def _add_resolver_tls(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list
     return problems
 
 
-def _read_yaml(path: str) -> YamlDoc:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError.single(path, None, "", _os_message(exc)) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError.single(path, None, "", f"file is larger than {MAX_FILE_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError.single(path, line, "", f"not UTF-8 text ({exc.reason})") from None
-    return parse_yaml(text, path)
-
-
-def validate_model(model: type[M], doc: YamlDoc) -> M:
-    if not isinstance(doc.data, dict):
-        raise ConfigError.single(doc.file, doc.line_of(()), "", "the top level must be a mapping")
-    try:
-        return model.model_validate(doc.data)
-    except ValidationError as exc:
-        raise ConfigError(_problems_from(exc, doc)) from None
-
-
-def _problems_from(exc: ValidationError, doc: YamlDoc) -> list[Problem]:
-    problems: list[Problem] = []
-    seen: set[tuple[int | None, str, str]] = set()
-    for error in exc.errors(include_url=False):
-        path = _data_path(doc.data, error["loc"], error["type"] == "missing")
-        field = _field_name(path)
-        message = error["msg"]
-        if error["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; see the config reference)"
-        key = (doc.line_of(path), field, message)
-        if key not in seen:
-            seen.add(key)
-            problems.append(Problem(doc.file, doc.line_of(path), field, message))
-    return problems
-
-
-def _data_path(data: Any, loc: tuple[int | str, ...], missing: bool) -> tuple[str | int, ...]:
-    """Keep the `loc` segments that exist in the data, dropping pydantic's union-member tags."""
-    path: list[str | int] = []
-    current = data
-    for index, segment in enumerate(loc):
-        present = (isinstance(current, dict) and segment in current) or (
-            isinstance(current, list) and isinstance(segment, int) and segment < len(current)
-        )
-        if present:
-            current = current[segment]
-            path.append(segment)
-        elif missing and index == len(loc) - 1:
-            path.append(segment)
-    return tuple(path)
-
-
-def _field_name(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for segment in path:
-        out += f"[{segment}]" if isinstance(segment, int) else (f".{segment}" if out else segment)
-    return out
-
-
-def _os_message(exc: OSError) -> str:
-    return f"cannot read: {exc.strerror or exc}"
-
-
 __all__ = [
     "BUILTIN_PREFIX",
     "DEFAULT_PACKS",
@@ -469,5 +393,4 @@ __all__ = [
     "embedded_config",
     "load_catalog",
     "load_config",
-    "validate_model",
 ]

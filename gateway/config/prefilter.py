@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass
-from re import _constants as sre_constants  # type: ignore[attr-defined]
-from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
+
+from gateway.fence.cpython_private import sre_constants, sre_parse
 
 # A brace that opens a plain repeat (`{3}`, `{1,128}`, `{,4}`); any other brace may be the
 # `regex` module's own syntax, which `re` would read as literal text.

@@ -11,7 +11,7 @@ import shlex
 
 import regex
 
-from gateway.config.models import CommandSpec
+from gateway.config.model_base import CommandSpec
 
 _PLACEHOLDER = regex.compile(r"<[^<>]*>|\{[^{}]*\}|\$[A-Za-z_{]")
 _SHELL_SYNTAX = ("|", ";", "&", ">", "<", "`", "$(")

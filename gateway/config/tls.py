@@ -15,7 +15,8 @@ import os
 import ssl
 
 from gateway.config.errors import Problem
-from gateway.config.models import GatewayConfig, TlsSpec
+from gateway.config.models import GatewayConfig
+from gateway.config.route_model import TlsSpec
 from gateway.config.yamlsrc import YamlDoc
 
 

@@ -12,9 +12,9 @@ import regex
 from gateway.config.errors import Problem
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.loaded import BUILTIN_PREFIX, LoadedConfig, Sourced
-from gateway.config.models import RetryAfterSpec, RuleSpec
 from gateway.config.patterns import compile_regex, parse_status, placeholders
 from gateway.config.registry import command_problems
+from gateway.config.rule_model import RetryAfterSpec, RuleSpec
 
 NON_IDEMPOTENT = frozenset({"POST", "PATCH"})
 BUILTIN_PLACEHOLDERS = frozenset({"status", "method", "path"})

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.classify.redact import Redactor
-from gateway.config.models import MetaOriginalSpec
+from gateway.config.route_model import MetaOriginalSpec
 from gateway.failure import Failure, Mode, Recovery, Refusal, TransportKind
 from gateway.text.body_text import BodyText, body_text, declared_text
 from gateway.text.json_insert import ObjectText, members_text, scan_document, scan_object_at

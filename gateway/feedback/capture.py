@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.classify.redact import Redactor
-from gateway.config.models import CaptureSpec
+from gateway.config.route_model import CaptureSpec
 from gateway.text.json_text import Raw
 
 log = logging.getLogger("mendpoint.capture")

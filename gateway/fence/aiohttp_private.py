@@ -37,6 +37,15 @@ The names, by what needs them:
 - `server_handler_kwargs` reads `web.Server._kwargs`, the request-handler settings aiohttp's
   `Server.__call__` passes to each `RequestHandler`. The gateway builds its own handler
   (`GatewayProtocol`, precise 414/431 statuses) with the same settings.
+Beside them, names that carry no underscore but are not aiohttp's public API either (absent
+from `aiohttp.__all__` and `aiohttp.web.__all__`, undocumented): the upstream client and the
+tunnels are built from aiohttp's own parts instead of `ClientSession`, and they are imported
+from here, so the same test checks that each still exists with what the gateway calls on it:
+`ResponseHandler` (the client protocol: `set_response_params`, `read`, `set_exception`),
+`StreamWriter` (`write_headers`, `enable_chunking`, `send_headers`, `write`, `write_eof`,
+`set_eof`), `TimeoutHandle` and `BaseTimerContext` (the total timeout), `BaseProtocol`
+(flow control for tunnels), `RawRequestMessage`, `HttpProcessingError`, `BadHttpMessage`,
+`LineTooLong` (what the parsers produce and raise), and the `Handler` and `Middleware` types.
 """
 
 from __future__ import annotations
@@ -48,11 +57,15 @@ from typing import Any, cast
 
 import aiohttp
 from aiohttp import hdrs, web
+from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_exceptions import UnixClientConnectorError
 from aiohttp.client_proto import ResponseHandler
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.helpers import BaseTimerContext, TimeoutHandle
+from aiohttp.http import StreamWriter
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.http_parser import HttpParser, RawRequestMessage
 from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 
@@ -215,11 +228,22 @@ def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
 
 
 __all__ = [
+    "BadHttpMessage",
+    "BaseProtocol",
+    "BaseTimerContext",
+    "Handler",
     "HeadCheck",
+    "HttpProcessingError",
     "LazyReadTimeoutProtocol",
+    "LineTooLong",
+    "Middleware",
     "OneWriteResponse",
+    "RawRequestMessage",
     "RelayResponse",
+    "ResponseHandler",
     "SiblingConnector",
+    "StreamWriter",
+    "TimeoutHandle",
     "check_request_heads",
     "server_handler_kwargs",
 ]

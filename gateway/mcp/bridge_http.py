@@ -115,7 +115,7 @@ async def _post(
     else:
         try:
             session = await bridges.open(
-                ctx.route.spec, ctx.state.loaded.config.mcp.max_message_bytes, _holder(ctx)
+                ctx.route.spec, ctx.state.config.mcp.max_message_bytes, _holder(ctx)
             )
         except HolderSessionsFull as full:
             return _holder_full(ctx, full)
@@ -182,7 +182,7 @@ async def _exchange(
         return web.Response(status=202, headers=_headers(session, ctx))
     stream = "text/event-stream" in request.headers.get("Accept", "").lower()
     waiter = session.expect(outstanding, stream)
-    local = RequestTable(ctx.state.loaded.config.mcp.max_tracked_requests)
+    local = RequestTable(ctx.state.config.mcp.max_tracked_requests)
     for key, pending in requests_in(message):
         local.add(key, pending)
     answer = _Answer(ctx, session, waiter, Tracker(local, None), upgrader)

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config.models import RouteSpec
+from gateway.config.route_model import RouteSpec
 from gateway.mcp.bridge_holders import Holder
 from gateway.mcp.bridge_owners import Owners, new_session_id
 from gateway.mcp.child import Child

@@ -48,7 +48,7 @@ from gateway.proxy.own_answers import refuse
 from gateway.proxy.relay import relay
 from gateway.proxy.rewritten_headers import drop_body_bound
 from gateway.proxy.upstream.call import UPSTREAM_ERRORS, call_upstream, transport_kind
-from gateway.proxy.upstream.client import UpstreamResponse
+from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.text.capped_read import read_capped
 
 log = logging.getLogger("mendpoint.mcp")
@@ -68,7 +68,7 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
     if not _session_id_valid(request.headers.getall(MCP_SESSION_ID, [])):
         return _bad_session_id(ctx.request_id)
     runtime = request.app[MCP_RUNTIME]
-    limits = ctx.state.loaded.config.limits
+    limits = ctx.state.config.limits
     sent = body = b""  # the body as the client sent it; its JSON-RPC text, codings undone
     if request.body_exists:
         try:
@@ -84,11 +84,11 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
         if isinstance(decoded, Undecodable):
             return await refuse(ctx, Refusal.UNDECODABLE_BODY)
         body = decoded
-    upgrader = Upgrader(ctx.state.enricher, ctx.state.loaded.config.mcp)
+    upgrader = runtime.upgrader(ctx.state.enricher, ctx.state.loaded)
     if spec.command is not None:
         return await serve_bridge(request, ctx, body, sent, runtime.bridges, upgrader)
     session_id = request.headers.get(MCP_SESSION_ID)
-    settings = ctx.state.loaded.config.mcp
+    settings = ctx.state.config.mcp
     local = RequestTable(settings.max_tracked_requests)
     shared = (
         runtime.sessions.table(session_id) if session_id and request.method != "DELETE" else None
@@ -150,7 +150,7 @@ async def _answer_json(
     tracker: Tracker,
     upgrader: Upgrader,
 ) -> web.StreamResponse:
-    cap = ctx.state.loaded.config.mcp.max_message_bytes
+    cap = ctx.state.config.mcp.max_message_bytes
     try:
         raw, whole = await read_capped(upstream.content, cap)
     except UPSTREAM_ERRORS as exc:
@@ -204,7 +204,7 @@ async def _relay_stream(
             upstream.content.iter_any(),
             response.write,
             rewrite,
-            ctx.state.loaded.config.mcp.max_message_bytes,
+            ctx.state.config.mcp.max_message_bytes,
         )
     except UPSTREAM_ERRORS as exc:
         log.info("MCP event stream from upstream ended early (%s)", type(exc).__name__)

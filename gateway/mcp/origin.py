@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from gateway.config.models import RouteSpec
+from gateway.config.route_model import RouteSpec
 
 
 def refusal(origin: str | None, host: str | None, spec: RouteSpec) -> str | None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.config.loaded import LoadedConfig
+from gateway.enrich.step import Enricher
 from gateway.mcp import cors
 from gateway.mcp.bridge_sessions import Bridges
 from gateway.mcp.jsonrpc import SessionTables
+from gateway.mcp.upgrade import Upgrader
 
 
 class McpRuntime:
@@ -24,6 +26,15 @@ class McpRuntime:
         self.bridges = Bridges()
         self.stop_by: float | None = None
         """When the gateway's drain must be over (a loop time), once it began."""
+        self._upgrader: Upgrader | None = None
+
+    def upgrader(self, enricher: Enricher, loaded: LoadedConfig) -> Upgrader:
+        """The tool-failure upgrader of the config `enricher` belongs to, built once per
+        config (a reload brings a new enricher), not once per request."""
+        upgrader = self._upgrader
+        if upgrader is None or upgrader.enricher is not enricher:
+            upgrader = self._upgrader = Upgrader(enricher, loaded.config.mcp)
+        return upgrader
 
 
 MCP_RUNTIME = web.AppKey("mendpoint_mcp", McpRuntime)

@@ -19,13 +19,15 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.classify import Observation, Verdict
 from gateway.classify.observation import carries_idempotency_key
+from gateway.config.errors import Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.enrich.envelope import JSON_TYPE, Rendering
-from gateway.enrich.step import Enricher, FailureContext, as_route_answers
+from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Mode, Recovery, TransportKind
 from gateway.header_names import ACCEPT, REQUEST_ID
 from gateway.mcp.jsonrpc import Pending, encode
 from gateway.mcp.upgrade import Upgrader
+from gateway.proxy.answers import HttpAnswers, as_route_answers
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.http_failure import apply_rendering, matchable, synthesised
 from gateway.proxy.routes import Route, RouteTable
@@ -99,7 +101,7 @@ class Explanation:
     """Operator-only: skills that declare the intent but were left out, and why."""
 
 
-class SampleError(ValueError):
+class SampleError(Refused, ValueError):
     """The sample cannot be evaluated (no route matches its path)."""
 
 
@@ -121,6 +123,7 @@ async def explain(
     if route is None:
         raise SampleError(f"no route's prefix matches {sample.path!r}")
     enricher = enricher or Enricher.offline(loaded)
+    answers = HttpAnswers(enricher)
     if sample.is_mcp:
         return await _explain_mcp(loaded, sample, mode, enricher, caller, route)
     method = sample.method.upper()
@@ -153,7 +156,7 @@ async def explain(
     def explained(
         verdict: Verdict, recovery: Recovery, duration_ms: int
     ) -> tuple[Verdict, Rendering | None]:
-        return verdict, enricher.rendering(obs, ctx, verdict, recovery, duration_ms)
+        return verdict, answers.rendering(obs, ctx, verdict, recovery, duration_ms)
 
     result = await enricher.enrich(obs, ctx, explained)
     verdict, rendering = result if result is not None else (None, None)
@@ -193,7 +196,7 @@ async def _explain_mcp(
 
 
 def _http_answer(sample: Sample, rendering: Rendering | None) -> Answer:
-    """The answer as `proxy.failure_path` builds it from the upstream's and the rendering."""
+    """The answer as `proxy.http_failure` builds it from the upstream's and the rendering."""
     if sample.transport is not None:
         headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: sample.request_id})
         status, body = synthesised(sample.transport, headers, rendering)

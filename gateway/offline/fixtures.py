@@ -17,8 +17,8 @@ from pydantic import Field, model_validator
 
 from gateway.classify import Classifier
 from gateway.config.loaded import LoadedConfig
-from gateway.config.loader import validate_model
-from gateway.config.models import Strict
+from gateway.config.model_base import Strict
+from gateway.config.yaml_model import validate_model
 from gateway.config.yamlsrc import parse_yaml
 from gateway.enrich.envelope import error_object, failure_object
 from gateway.enrich.step import Enricher

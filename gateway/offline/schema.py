@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.config.models import GatewayConfig, RulePack
+from gateway.config.models import GatewayConfig
+from gateway.config.rule_model import RulePack
 from gateway.offline.fixtures import FixtureFile
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from gateway.config.loader import builtin_text
-from gateway.config.models import DEFAULT_IDEMPOTENT
+from gateway.config.route_model import DEFAULT_IDEMPOTENT
 from gateway.failure import Category
 from gateway.offline.openapi import ApiDocument, ErrorResponse, Operation
 from gateway.offline.probe import Probe

@@ -23,13 +23,17 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import HttpVersion11, hdrs, web
-from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
-from aiohttp.http_parser import RawRequestMessage
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web import RequestHandler
 from yarl import URL
 
 from gateway.failure import Refusal
-from gateway.fence.aiohttp_private import check_request_heads
+from gateway.fence.aiohttp_private import (
+    BadHttpMessage,
+    HttpProcessingError,
+    LineTooLong,
+    RawRequestMessage,
+    check_request_heads,
+)
 from gateway.proxy.own_answers import refused_head
 from gateway.proxy.state import StateHolder
 from gateway.telemetry.logs import Throttled
@@ -46,10 +50,10 @@ ExpectHandler = Callable[[web.Request], Awaitable[None]]
 
 class GatewayProtocol(RequestHandler):
     """aiohttp's request handler with precise statuses for request heads over the limits,
-    answered in the gateway's `default_mode` like its other own answers (`proxy.refusals`).
+    answered in the gateway's `default_mode` like its other own answers (`proxy.own_answers`).
 
     `on_lost` is told once when the connection ends: the connection cap counts a connection
-    from its accept to its end (`gateway.serve.app.ConnectionCap`)."""
+    from its accept to its end (`gateway.serve.connection_cap.ConnectionCap`)."""
 
     __slots__ = ("_on_lost", "_state")
 

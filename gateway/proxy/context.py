@@ -19,19 +19,14 @@ from multidict import CIMultiDict
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
 from gateway.config.trust import from_sibling
-from gateway.enrich.step import (
-    NO_ROUTE_ANSWERS,
-    CaptureSink,
-    FailureContext,
-    RouteAnswers,
-    fell_back,
-)
+from gateway.enrich.step import CaptureSink, FailureContext, fell_back
 from gateway.failure import Mode
 from gateway.header_names import ACCEPT, ERROR_FORMAT, RELAYED_PEER, REQUEST_ID
+from gateway.proxy.answers import NO_ROUTE_ANSWERS, RouteAnswers
 from gateway.proxy.headers import visible_ascii
 from gateway.proxy.routes import Route, choose_mode
 from gateway.proxy.state import CAPTURES, SIGNATURES, GatewayState
-from gateway.proxy.upstream.client import ResponseDeadline
+from gateway.proxy.upstream.deadline import ResponseDeadline
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord

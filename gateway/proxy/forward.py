@@ -32,7 +32,7 @@ log = logging.getLogger("mendpoint.proxy")
 
 async def forward(request: web.Request, ctx: RequestContext, target: str) -> web.StreamResponse:
     """Exactly one upstream request; its answer streamed back or handed to the failure path."""
-    limits = ctx.state.loaded.config.limits
+    limits = ctx.state.config.limits
     body = None
     if request.body_exists:
         body = RequestBody(

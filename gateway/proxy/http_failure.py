@@ -24,7 +24,7 @@ from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import RewrittenResponse, relay
 from gateway.proxy.rewritten_headers import drop_body_bound
 from gateway.proxy.upstream.call import UPSTREAM_ERRORS, transport_kind
-from gateway.proxy.upstream.client import UpstreamResponse
+from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.telemetry.metrics import FallbackReason
 from gateway.text.capped_read import read_capped
 
@@ -38,7 +38,7 @@ async def answer_upstream_failure(
     ctx: RequestContext, upstream: UpstreamResponse
 ) -> web.StreamResponse:
     """An upstream response that rules must look at (any 4xx/5xx, or a status a rule names)."""
-    limits = ctx.state.loaded.config.limits
+    limits = ctx.state.config.limits
     cap = limits.error_body_bytes
     content_type = upstream.headers.get("Content-Type", "")
     prefix, complete = b"", False
@@ -68,7 +68,7 @@ async def answer_upstream_failure(
         body=matched,
         content_type=content_type,
     )
-    rendering = await ctx.state.enricher.response(obs, ctx.answer_context(mode))
+    rendering = await ctx.state.answers.response(obs, ctx.answer_context(mode))
     headers = client_response_headers(upstream.headers)
     echo_request_id(headers, ctx.record)
     body = apply_rendering(headers, rendering, upstream.status)
@@ -88,7 +88,7 @@ async def answer_transport_failure(ctx: RequestContext, kind: TransportKind) -> 
         ctx.request_id,
     )
     obs = ctx.observation(transport=kind)
-    rendering = await ctx.state.enricher.response(obs, ctx.answer_context())
+    rendering = await ctx.state.answers.response(obs, ctx.answer_context())
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: ctx.request_id})
     status, body = synthesised(kind, headers, rendering)
     return web.Response(status=status, body=body, headers=headers)

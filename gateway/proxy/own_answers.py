@@ -6,7 +6,7 @@ or too slow (408) or, where the gateway reads it (MCP routes), in a coding it ca
 (415), a request head over the size limits (431, 414) or malformed (400), the connection cap
 (503), no upstream connection in time under the gateway's own limits on them (503):
 no upstream is asked, but the caller gets the same shapes as for any failure, through the
-one enrichment step (`gateway.enrich.step`, with the built-in rules of `classify.refusals`). In
+one enrichment step (`gateway.enrich.step`, with the built-in rules of `classify.own_failures`). In
 `original` mode, and whenever enrichment fails open, the answer is the short plain text it
 always was; `headers` adds the advisory headers to it; `additive` and `envelope` send the
 envelope, since there is no upstream body to add to.
@@ -60,7 +60,7 @@ PLAIN = {
 async def refuse(ctx: RequestContext, refusal: Refusal) -> web.Response:
     """A request on a route that the gateway answers itself, in the route's mode."""
     obs = ctx.observation(refusal=refusal)
-    rendering = await ctx.state.enricher.response(obs, ctx.answer_context())
+    rendering = await ctx.state.answers.response(obs, ctx.answer_context())
     return own_answer(refusal, ctx.request_id, rendering, PLAIN[refusal])
 
 
@@ -73,10 +73,10 @@ async def refuse_unrouted(
     """A request refused before any route applies (a path no route serves, a path that is
     no path, an unsafe path whose spelling names no route): `default_mode`, or the mode the
     request asks for."""
-    mode = asked_mode(state.loaded.config.default_mode, request.headers.get(ERROR_FORMAT))
+    mode = asked_mode(state.config.default_mode, request.headers.get(ERROR_FORMAT))
     ctx = unrouted_context(mode, record.request_id, record.started, record)
     obs = Observation(route=NO_ROUTE, method=request.method, path=request.path, refusal=refusal)
-    rendering = await state.enricher.response(obs, ctx)
+    rendering = await state.answers.response(obs, ctx)
     return own_answer(refusal, record.request_id, rendering, PLAIN[refusal])
 
 
@@ -98,9 +98,9 @@ def refused_head(state: GatewayState, refusal: Refusal, text: str) -> web.Respon
     connection cap), in `default_mode`, closing the connection; None: the plain answer.
     `text` is that plain answer's, which `headers` mode keeps."""
     request_id = fresh_request_id()
-    ctx = unrouted_context(state.loaded.config.default_mode, request_id, time.monotonic())
+    ctx = unrouted_context(state.config.default_mode, request_id, time.monotonic())
     obs = Observation(route=NO_ROUTE, method="", path="", refusal=refusal)
-    rendering = state.enricher.refused_now(obs, ctx)
+    rendering = state.answers.refused_now(obs, ctx)
     if rendering is None:
         return None
     answer = own_answer(refusal, request_id, rendering, text)

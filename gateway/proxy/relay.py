@@ -19,7 +19,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from gateway.fence.aiohttp_private import OneWriteResponse, RelayResponse
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.upstream.call import UPSTREAM_ERRORS
-from gateway.proxy.upstream.client import UpstreamResponse
+from gateway.proxy.upstream.exchange import UpstreamResponse
 
 log = logging.getLogger("mendpoint.proxy")
 

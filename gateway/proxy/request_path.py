@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
-from gateway.config.models import DotSegments, EscapedSlashes
+from gateway.config.route_model import DotSegments, EscapedSlashes
 
 _ESCAPED_SLASHES = ("%2f", "%2F", "%5c", "%5C", "\\")
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from yarl import URL
 
-from gateway.config.models import RouteSpec
+from gateway.config.route_model import RouteSpec
 from gateway.failure import Mode
 from gateway.proxy.request_path import DEFAULT_RULES, PathRules, is_plain, read
-from gateway.proxy.upstream.client import Origin
+from gateway.proxy.upstream.links import Origin
 
 log = logging.getLogger("mendpoint")
 

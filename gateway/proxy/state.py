@@ -13,12 +13,14 @@ from aiohttp import web
 from gateway.classify import Classifier
 from gateway.classify.redact import Redactor
 from gateway.config.loaded import LoadedConfig
+from gateway.config.models import GatewayConfig
 from gateway.config.trust import TrustedProxies
 from gateway.enrich.step import Enricher
 from gateway.feedback.capture import Captures
 from gateway.feedback.signatures import SignatureBook
+from gateway.proxy.answers import HttpAnswers
 from gateway.proxy.routes import RouteTable
-from gateway.proxy.upstream.client import UpstreamClient
+from gateway.proxy.upstream.pool import UpstreamClient
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
 
@@ -28,6 +30,8 @@ class GatewayState:
     loaded: LoadedConfig
     enricher: Enricher
     """The one enrichment step (classify → resolve → render) HTTP and MCP routes share."""
+    answers: HttpAnswers
+    """How HTTP routes answer a failure with that step (their rendering, the answer cache)."""
     routes: RouteTable
     callers: CallerDirectory
     proxies: TrustedProxies
@@ -40,11 +44,17 @@ class GatewayState:
         return cls(
             loaded,
             enricher,
+            HttpAnswers.build(loaded, enricher),
             RouteTable(loaded.config.routes),
             CallerDirectory.build(loaded.callers),
             TrustedProxies.build(loaded.config.trusted_proxies),
             enricher.redactor,  # compiled once per config, for captures and envelopes alike
         )
+
+    @property
+    def config(self) -> GatewayConfig:
+        """The config file as loaded (`loaded` also holds its rules, catalog and files)."""
+        return self.loaded.config
 
     @property
     def classifier(self) -> Classifier:

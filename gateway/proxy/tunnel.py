@@ -18,16 +18,12 @@ import contextlib
 import logging
 
 import aiohttp
-from aiohttp import hdrs, web
-from aiohttp.base_protocol import BaseProtocol
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.http import StreamWriter
-from aiohttp.streams import StreamReader
+from aiohttp import StreamReader, hdrs, web
 
-from gateway.fence.aiohttp_private import RelayResponse
+from gateway.fence.aiohttp_private import BaseProtocol, RelayResponse, ResponseHandler, StreamWriter
 from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.headers import client_response_headers
-from gateway.proxy.upstream.client import UpstreamResponse
+from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.telemetry.metrics import TUNNELS_CLOSED, TUNNELS_OPENED
 
 log = logging.getLogger("mendpoint.proxy")
@@ -183,7 +179,7 @@ async def _relay(
     if request.transport is not None:
         request.transport.set_protocol(_ClientSide(client_protocol, from_client))
     upstream_protocol.set_parser(_Feed(from_upstream), from_upstream)
-    activity = _Activity(ctx.state.loaded.config.limits.tunnel_idle_timeout_s)
+    activity = _Activity(ctx.state.config.limits.tunnel_idle_timeout_s)
     tasks = {
         loop.create_task(
             _pump(from_client, StreamWriter(upstream_protocol, loop), activity)

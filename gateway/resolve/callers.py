@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from multidict import MultiMapping
 
 from gateway.config.models import CallersSpec
-from gateway.telemetry.metrics import SpoofReporter
+from gateway.telemetry.reporters import SpoofReporter
 
 
 @dataclass(frozen=True, slots=True)

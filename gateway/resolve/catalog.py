@@ -11,7 +11,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gateway.config.models import PolicySpec, SkillSpec
+from gateway.config.rule_model import PolicySpec, SkillSpec
 
 
 @dataclass(frozen=True, slots=True)

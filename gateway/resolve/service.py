@@ -25,12 +25,8 @@ from gateway.resolve.remote import (
     ResolverUnavailable,
     TTLCache,
 )
-from gateway.telemetry.metrics import (
-    RESOLVER_LATENCY,
-    GapReporter,
-    ResolverOutcome,
-    count_resolution,
-)
+from gateway.telemetry.metrics import RESOLVER_LATENCY, ResolverOutcome, count_resolution
+from gateway.telemetry.reporters import GapReporter
 
 log = logging.getLogger("mendpoint.resolve")
 _NO_TIMER = contextlib.nullcontext()
@@ -145,7 +141,7 @@ class RecoveryService:
 
     def replayed(self, failure: Failure, recovery: Recovery) -> None:
         """Count a kept local `recovery` for `failure` as `recover` counted it when it was
-        resolved (the answer cache's hits; gateway/enrich/answer_cache.py): outcome and catalog
+        resolved (the answer cache's hits; gateway/proxy/answer_cache.py): outcome and catalog
         gap."""
         intent = failure.recovery_intent
         if intent is None or self.max_options == 0 or self.remote is not None:

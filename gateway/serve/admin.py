@@ -22,11 +22,11 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler, Middleware
 
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TokenError, read_tokens
 from gateway.feedback.followups import FollowupBook
 from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.resolve.auth import TokenFile
 from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES, METRICS_CONTENT_TYPE, exposition

@@ -14,14 +14,15 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol, cast
+from typing import Protocol
 
 from aiohttp import helpers, web
 
-from gateway.config.errors import ConfigError
+from gateway.config.errors import ConfigError, Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
-from gateway.config.models import GatewayConfig, parse_host_port
+from gateway.config.model_base import parse_host_port
+from gateway.config.models import GatewayConfig
 from gateway.config.watch import ConfigWatcher
 from gateway.feedback.capture import Captures
 from gateway.feedback.followups import FollowupBook
@@ -45,9 +46,10 @@ from gateway.proxy.state import (
     GatewayState,
     StateHolder,
 )
-from gateway.proxy.upstream.client import UpstreamClient
+from gateway.proxy.upstream.pool import UpstreamClient
 from gateway.serve import listeners
 from gateway.serve.admin import admin_tokens, build_admin_app, warn_if_exposed
+from gateway.serve.connection_cap import ConnectionCap, Refuse
 from gateway.serve.handler import expect, handle
 from gateway.serve.listeners import dual_stack_socket
 from gateway.serve.process_tuning import settle
@@ -56,14 +58,8 @@ from gateway.telemetry.metrics import READY, RELOADS
 
 log = logging.getLogger("mendpoint")
 
-OVERLOADED_BODY = b"Gateway connection limit reached\n"
-OVERLOADED = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(OVERLOADED_BODY), OVERLOADED_BODY)
-)
 
-
-class UnsafeRuntime(RuntimeError):
+class UnsafeRuntime(Refused, RuntimeError):
     """The environment would make the gateway unsafe to expose (e.g. pure-Python parser)."""
 
 
@@ -127,45 +123,6 @@ async def _close_resolver(app: web.Application) -> None:
     await app[STATE].current.recovery.close()
 
 
-class ConnectionCap:
-    """Client connections counted from the moment they are accepted until they end.
-
-    aiohttp registers a connection in `server.connections` only in `connection_made`, a turn
-    of the event loop after the accept, and the loop accepts up to the whole backlog in one
-    turn: a burst counted there overshoots the cap by up to a backlog (5,200 at once held
-    4,627 against 4,096). The factory counts here instead, before the connection exists.
-    """
-
-    __slots__ = ("limit", "open")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.open = 0
-
-    @property
-    def full(self) -> bool:
-        return self.open >= self.limit
-
-    def accepted(self) -> None:
-        self.open += 1
-
-    def ended(self) -> None:
-        self.open -= 1
-
-
-class _Refuse(asyncio.Protocol):
-    """A connection over the cap: answered 503 before anything is read, then closed."""
-
-    def __init__(self, answer: bytes | None) -> None:
-        self.answer = OVERLOADED if answer is None else answer
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, so this is a cast.
-        transport = cast(asyncio.Transport, transport)
-        transport.write(self.answer)
-        transport.close()
-
-
 # Settings read once when the server starts; a reload that changes them is logged, not applied.
 RESTART_ONLY = ("listen", "admin", "admin_token_file", "workers", "limits", "shutdown")
 
@@ -226,7 +183,7 @@ class GatewayServer:
 
         def factory() -> asyncio.Protocol:
             if cap.full:
-                return _Refuse(refused_connection(holder.current))
+                return Refuse(refused_connection(holder.current))
             # What `server()` builds, with the gateway's precise 414/431 for oversize heads.
             protocol = GatewayProtocol(
                 server, loop=loop, state=holder, on_lost=cap.ended, **server_handler_kwargs(server)
@@ -292,8 +249,8 @@ class GatewayServer:
         holder = self.app[STATE]
         old = holder.current
         holder.current = state
-        self.followups.configure(state.loaded.config.followups)
-        set_access_log(state.loaded.config.log.access)
+        self.followups.configure(state.config.followups)
+        set_access_log(state.config.log.access)
         RELOADS.labels(result="success").inc()
         log.info("config reloaded from %s (%d rules)", self.config_path, len(state.loaded.rules))
         self._retire(old)

@@ -78,7 +78,7 @@ async def dispatch(
         return await refuse(ctx, Refusal.UNSAFE_PATH)
     target = forwarded
     declared = request.content_length
-    if declared is not None and declared > state.loaded.config.limits.max_request_body_bytes:
+    if declared is not None and declared > state.config.limits.max_request_body_bytes:
         return await refuse(ctx, Refusal.BODY_TOO_LARGE)
     if route.spec.type == "mcp":
         return await handle_mcp(request, ctx, target)

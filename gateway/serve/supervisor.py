@@ -37,12 +37,12 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from gateway.config.models import ShutdownSpec, parse_host_port
+from gateway.config.model_base import parse_host_port
+from gateway.config.models import ShutdownSpec
 from gateway.feedback.followups import merge
 from gateway.feedback.signatures import Signature
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
@@ -54,8 +54,9 @@ from gateway.serve.admin import (
     build_admin_app,
     warn_if_exposed,
 )
+from gateway.serve.worker_process import STABLE_S, Worker, backoff_s, describe_exit
 from gateway.serve.workers import LINK_LIMIT, MetricsDir, format_host_port, reserve
-from gateway.telemetry.metrics import (
+from gateway.telemetry.multiprocess import (
     MULTIPROC_DIR_ENV,
     SupervisorMetrics,
     retire_worker,
@@ -64,54 +65,9 @@ from gateway.telemetry.metrics import (
 
 log = logging.getLogger("mendpoint.workers")
 
-BACKOFF_FIRST_S = 0.5
-BACKOFF_MAX_S = 30.0
-STABLE_S = 10.0  # a worker that ran this long before exiting starts a fresh back-off
 STARTUP_TIMEOUT_S = 60.0
 ASK_TIMEOUT_S = 2.0
 KILL_MARGIN_S = 10.0  # past drain delay + grace, a worker that has not exited is killed
-
-
-@dataclass(eq=False)
-class Worker:
-    """The supervisor's handle on one running worker process and its end of the link."""
-
-    index: int
-    process: asyncio.subprocess.Process
-    writer: asyncio.StreamWriter
-    started: float
-    attached: bool = False  # it has spoken: its signal handlers are installed
-    ready: bool = False
-    hup_pending: bool = False
-    asks: dict[int, asyncio.Future[object]] = field(default_factory=dict)
-    reader: asyncio.Task[None] | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def signal(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signum)
-
-    def send(self, message: dict[str, object]) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(json.dumps(message).encode() + b"\n")
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "could not start"
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
-def backoff_s(streak: int) -> float:
-    """Before restart number `streak` in a row of quick exits: 0.5 s, 1 s, 2 s … at most 30 s."""
-    return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, streak - 1)))
 
 
 # --- the supervisor --------------------------------------------------------------------------

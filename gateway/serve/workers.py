@@ -39,7 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.config.models import MAX_WORKERS, parse_host_port
+from gateway.config.model_base import parse_host_port
+from gateway.config.models import MAX_WORKERS
 from gateway.serve.admin import MAX_GAPS
 from gateway.serve.app import GatewayServer
 from gateway.serve.listeners import is_any_ipv6

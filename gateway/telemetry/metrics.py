@@ -7,20 +7,15 @@ documented in docs/operations.md (Metrics).
 
 With `serve --workers N` (gateway.serve.workers) each worker process runs with
 `PROMETHEUS_MULTIPROC_DIR` set before this module is imported, so the metrics below write to
-per-process files in that directory; the supervisor reads them all (`WorkerMetrics`) and is the
-only process that serves /metrics. Gauges say how they combine across workers
-(`multiprocess_mode`); in a single process that argument is ignored and nothing costs more.
+per-process files in that directory; the supervisor reads them all
+(gateway.telemetry.multiprocess) and is the only process that serves /metrics. Gauges say how
+they combine across workers (`multiprocess_mode`); in a single process that argument is
+ignored and nothing costs more.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import glob
-import logging
-import os
-import time
-from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Literal
 
@@ -32,13 +27,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.mmap_dict import MmapedDict
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
-
-log = logging.getLogger("mendpoint.resolve")
-identity_log = logging.getLogger("mendpoint.callers")
 
 # `_created` series double the output and no dashboard uses them. (The library does not
 # annotate this function; the ignore covers only that missing annotation.)
@@ -350,178 +339,3 @@ def _latency_child(route: str) -> Histogram:
 def exposition() -> bytes:
     """The Prometheus text format of every Mendpoint metric."""
     return generate_latest(REGISTRY)
-
-
-# --- serve --workers N: the supervisor's view (gateway.serve.workers) ---------------------------
-
-MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-WORKER_STATES = ("configured", "running", "ready")
-
-
-class SupervisorMetrics:
-    """The supervisor's own metrics, made only in the supervisor: created at import, a
-    worker would write them to its files too, and /metrics would show them twice."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.restarts = Counter(
-            "mendpoint_worker_restarts_total",
-            "Worker processes started again after one exited unexpectedly",
-            registry=self.registry,
-        )
-        self.workers = Gauge(
-            "mendpoint_workers",
-            "Worker processes: configured, running (process alive) and ready (serving)",
-            ["state"],
-            registry=self.registry,
-        )
-        for state in WORKER_STATES:
-            self.workers.labels(state=state)
-
-
-class WorkerMetrics:
-    """A collector for the supervisor: every worker's metrics, summed, plus its own.
-
-    Counters and histograms add up over every worker that ever ran (an exited worker's files
-    are folded into an archive, `retire_worker`), so restarts never make a counter go back.
-    `mendpoint_ready` is not read from the files: it is the supervisor's verdict (every worker
-    ready, not draining), the same one /readyz gives.
-    """
-
-    def __init__(self, path: str, ready: Callable[[], bool], own: SupervisorMetrics) -> None:
-        self._path = path
-        self._ready = ready
-        self._own = own
-
-    def collect(self) -> Iterable[Metric]:
-        files = glob.glob(os.path.join(self._path, "*.db"))
-        merged: Iterable[Metric] = MultiProcessCollector.merge(files)  # type: ignore[no-untyped-call]
-        for metric in sorted(merged, key=lambda m: m.name):
-            if metric.name != READY_NAME:
-                yield metric
-        yield GaugeMetricFamily(READY_NAME, READY_HELP, value=1.0 if self._ready() else 0.0)
-        yield from self._own.registry.collect()
-
-
-def worker_exposition(
-    path: str, ready: Callable[[], bool], own: SupervisorMetrics
-) -> Callable[[], bytes]:
-    """The supervisor's /metrics body, as a function of nothing."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(WorkerMetrics(path, ready, own))
-    return functools.partial(generate_latest, registry)
-
-
-def retire_worker(path: str, pid: int) -> None:
-    """After worker `pid` exited: drop its live gauges, fold its counters and histograms into
-    one archive file per type, so a scrape reads a bounded number of files however often
-    workers restart.
-
-    Synchronous on purpose: the supervisor runs it on the event loop that also answers
-    /metrics, so no scrape sees the new archive and the dead worker's file both.
-    """
-    mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
-    for kind in ("counter", "histogram"):
-        dead = os.path.join(path, f"{kind}_{pid}.db")
-        if not os.path.exists(dead):
-            continue
-        archive = os.path.join(path, f"{kind}_archive.db")
-        totals: dict[str, float] = {}
-        for source in (archive, dead):
-            if os.path.exists(source):
-                for key, value, _, _ in MmapedDict.read_all_values_from_file(source):  # type: ignore[no-untyped-call]
-                    totals[key] = totals.get(key, 0.0) + value
-        partial = archive + ".partial"  # not *.db: never read half-written
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(partial)
-        out = MmapedDict(partial)  # type: ignore[no-untyped-call]
-        try:
-            for key, value in totals.items():
-                out.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
-        finally:
-            out.close()  # type: ignore[no-untyped-call]
-        os.replace(partial, archive)
-        os.remove(dead)
-
-
-MAX_GAP_INTENTS = 500
-
-
-class GapReporter:
-    """Counts every catalog gap and logs each intent at most once per `interval_s`.
-
-    At most `MAX_GAP_INTENTS` distinct intents get their own label; the rest share "other",
-    so a resolver server fed arbitrary intents cannot grow the metric without bound.
-    """
-
-    def __init__(self, interval_s: float = 300.0) -> None:
-        self._interval_s = interval_s
-        self._last_logged: dict[str, float] = {}
-
-    def report(self, intent: str) -> None:
-        if intent not in self._last_logged and len(self._last_logged) >= MAX_GAP_INTENTS:
-            CATALOG_GAPS.labels(intent="other").inc()
-            return
-        CATALOG_GAPS.labels(intent=intent).inc()
-        now = time.monotonic()
-        last = self._last_logged.get(intent)
-        if last is None or now - last >= self._interval_s:
-            self._last_logged[intent] = now
-            log.warning("catalog gap: no skill declares recovery intent %r", intent)
-
-
-MAX_REPORTED_PEERS = 4096
-
-
-class SpoofReporter:
-    """Counts identity claims the gateway did not believe; logs each peer once per interval.
-
-    Two kinds: caller headers from a peer outside `trusted_proxies` (`untrusted`), and an
-    identity sent twice, so that which one counts would be a guess (`ambiguous`). A client
-    probing with either would otherwise fill the log one line per request. At most
-    `MAX_REPORTED_PEERS` peers are remembered per kind; past that, entries older than the
-    interval are forgotten, and if none are, the peer is counted but not logged.
-    """
-
-    def __init__(self, interval_s: float = 60.0) -> None:
-        self._interval_s = interval_s
-        self._last_logged: dict[str, float] = {}
-
-    def report(self, peer: str | None, header: str) -> None:
-        UNTRUSTED_IDENTITY.inc()
-        key = peer or "unknown"
-        if self._due(key):
-            identity_log.warning(
-                "ignored %s from %s: it is not in trusted_proxies, so the caller is anonymous "
-                "(logged once per peer per %.0f s; see docs/security.md)",
-                header,
-                key,
-                self._interval_s,
-            )
-
-    def ambiguous(self, peer: str | None, header: str, source: IdentitySource) -> None:
-        AMBIGUOUS_IDENTITY.labels(source=source).inc()
-        key = peer or "unknown"
-        if self._due("ambiguous " + key):
-            identity_log.warning(
-                "%s came more than once (or with a comma in a name) from %s: which one is "
-                "meant is a guess, so the caller is anonymous (logged once per peer per %.0f "
-                "s; see docs/security.md)",
-                header,
-                key,
-                self._interval_s,
-            )
-
-    def _due(self, key: str) -> bool:
-        """True when `key` was not logged within the interval (and is remembered now)."""
-        now = time.monotonic()
-        last = self._last_logged.get(key)
-        if last is not None and now - last < self._interval_s:
-            return False
-        if last is None and len(self._last_logged) >= MAX_REPORTED_PEERS:
-            cutoff = now - self._interval_s
-            self._last_logged = {p: t for p, t in self._last_logged.items() if t > cutoff}
-            if len(self._last_logged) >= MAX_REPORTED_PEERS:
-                return False
-        self._last_logged[key] = now
-        return True

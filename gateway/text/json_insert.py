@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# The json module's own string scanner (C), which typeshed does not declare.
-_scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+from gateway.fence.cpython_private import scanstring
+
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SPACES = frozenset(" \t\n\r")
 
@@ -97,7 +97,7 @@ def _scan_object(text: str, start: int) -> tuple[ObjectText, int]:
     while True:
         if not text.startswith('"', index):
             raise ValueError("expected a member name")
-        name, index = _scanstring(text, index + 1, True)
+        name, index = scanstring(text, index + 1, True)
         index = _skip(text, index)
         if not text.startswith(":", index):
             raise ValueError("expected ':'")

@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 from gateway.classify import Classifier, Observation
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_names, builtin_text, load_config
-from gateway.enrich.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
 from gateway.enrich.envelope import Rendering
 from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import NO_RECOVERY, Mode
 from gateway.offline.fixtures import FixtureCase, load_fixtures, sample_of
+from gateway.proxy.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
+from gateway.proxy.answers import HttpAnswers
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord
@@ -101,12 +102,13 @@ def context(
     )
 
 
-def enrichers(loaded: LoadedConfig) -> tuple[Enricher, Enricher]:
-    uncached, cached = Enricher.build(loaded), Enricher.build(loaded)
+def enrichers(loaded: LoadedConfig) -> tuple[HttpAnswers, HttpAnswers]:
+    uncached = HttpAnswers.build(loaded, Enricher.build(loaded))
+    cached = HttpAnswers.build(loaded, Enricher.build(loaded))
     uncached.answers = None
     assert cached.answers is not None
-    for enricher in (uncached, cached):
-        enricher.clock = lambda: NOW
+    for answers in (uncached, cached):
+        answers.step.clock = lambda: NOW
     return uncached, cached
 
 

@@ -12,7 +12,7 @@ from gateway.config.loader import (
     embedded_config,
     load_config,
 )
-from gateway.config.models import RulePack
+from gateway.config.rule_model import RulePack
 from gateway.config.yamlsrc import parse_yaml
 from gateway.offline.fixtures import load_fixtures, run_fixtures
 from tests.support.paths import EXAMPLES

@@ -14,18 +14,17 @@ from pathlib import Path
 import pytest
 
 from gateway.config.errors import ConfigError
-from gateway.config.loaded import LoadedConfig
+from gateway.config.loaded import BUILTIN_PREFIX, LoadedConfig
 from gateway.config.loader import (
-    BUILTIN_PREFIX,
     DEFAULT_PACKS,
     SHAPE_PACKS,
     builtin_names,
     builtin_text,
     embedded_config,
     load_config,
-    validate_model,
 )
-from gateway.config.models import RulePack
+from gateway.config.rule_model import RulePack
+from gateway.config.yaml_model import validate_model
 from gateway.config.yamlsrc import parse_yaml
 from gateway.failure import Mode
 

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench import fixtures
-from gateway.config.models import RuleSpec
 from gateway.config.patterns import PrefilteredPattern, compile_regex
 from gateway.config.prefilter import Needle, required_words
+from gateway.config.rule_model import RuleSpec
 from tests.support.paths import REPO
 
 MAPPINGS = REPO / "mappings"

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.config.models import GatewayConfig, KeysFile, RulePack
+from gateway.config.models import GatewayConfig, KeysFile
+from gateway.config.rule_model import RulePack
 from gateway.offline.fixtures import FixtureFile
 from tests.support.paths import DOCS, REPO, TESTS
 

@@ -2,7 +2,7 @@
 (docs/operations.md#follow-ups).
 
 A real `FollowupBook` is filled as the request path fills it: one failure per caller and
-target, keyed by the same digests `proxy.tracking` makes, with request ids from the
+target, keyed by the same digests `proxy.followup_watch` makes, with request ids from the
 gateway's own generator (or 200-character ones a caller chose), opened here or replicated
 from a sibling worker over the JSON link, alone or as the second failure of a chain, with a
 `retry_after_ms` per failure. tracemalloc measures what the entries hold. The book counts

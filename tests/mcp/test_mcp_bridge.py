@@ -22,7 +22,7 @@ from mcp import Client
 from pydantic import ValidationError
 
 from gateway.config.loader import load_config
-from gateway.config.models import RouteSpec
+from gateway.config.route_model import RouteSpec
 from gateway.serve.app import GatewayServer
 from tests.support.gateway import StartGateway, write_config
 from tests.support.mcp import INIT

@@ -13,7 +13,7 @@ from multidict import CIMultiDict
 from pydantic import ValidationError
 
 from gateway.classify import Observation
-from gateway.config.models import RouteSpec
+from gateway.config.route_model import RouteSpec
 from gateway.enrich.step import FailureContext
 from gateway.failure import Category, Failure, Mode
 from gateway.mcp import oauth

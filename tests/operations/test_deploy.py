@@ -14,9 +14,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.cli import _parser
+from gateway.cli.parser import build_parser
 from gateway.config.loader import load_catalog, load_config
-from gateway.config.models import DEFAULT_ADMIN, ShutdownSpec, parse_host_port
+from gateway.config.model_base import parse_host_port
+from gateway.config.models import DEFAULT_ADMIN, ShutdownSpec
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
 from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import REGISTRY
@@ -41,7 +42,7 @@ def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def parses(argv: list[str]) -> None:
     """The real `mendpoint` parser accepts these arguments (SystemExit would fail the test)."""
-    _parser().parse_args(argv)
+    build_parser().parse_args(argv)
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])

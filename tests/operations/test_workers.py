@@ -31,8 +31,8 @@ from aiohttp import web
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
 from gateway.cli import main
-from gateway.serve import supervisor, workers
-from gateway.telemetry.metrics import retire_worker
+from gateway.serve import worker_process, workers
+from gateway.telemetry.multiprocess import retire_worker
 from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
 from tests.support.gateway import StartUpstream, free_port
 from tests.support.paths import REPO
@@ -523,7 +523,7 @@ def test_auto_and_zero_mean_one_per_usable_cpu() -> None:
 
 
 def test_backoff_doubles_to_a_ceiling() -> None:
-    assert [supervisor.backoff_s(n) for n in range(1, 10)] == [
+    assert [worker_process.backoff_s(n) for n in range(1, 10)] == [
         0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0
     ]  # fmt: skip
 

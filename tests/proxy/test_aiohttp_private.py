@@ -37,7 +37,7 @@ from gateway.fence.aiohttp_private import (
     check_request_heads,
     server_handler_kwargs,
 )
-from gateway.proxy.upstream.client import UpstreamClient
+from gateway.proxy.upstream.exchange import Exchange
 from tests.support.paths import PACKAGE
 
 HANDLER = "aiohttp.client_proto.ResponseHandler"
@@ -219,11 +219,8 @@ async def test_server_kwargs_are_the_request_handler_settings() -> None:
 
 async def test_response_params_accept_every_setting_the_client_passes() -> None:
     """Not underscored, but `aiohttp.client_proto` is internal: its keywords may change."""
-    client = UpstreamClient(LimitsSpec())
-    try:
-        passed = {"timer", "skip_payload", *client._parsing}
-    finally:
-        await client.close()
+    exchange = Exchange(LimitsSpec(), asyncio.get_running_loop())
+    passed = {"timer", "skip_payload", *exchange._parsing}
     accepted = set(parameters(ResponseHandler.set_response_params))
     assert passed - accepted == set(), f"{HANDLER}.set_response_params no longer takes them"
 
@@ -374,3 +371,65 @@ def test_no_other_module_uses_the_private_names(path: Path) -> None:
         elif isinstance(node, ast.alias) and node.name in PRIVATE_NAMES:
             used.add(node.name)  # imported by name
     assert used == set(), "move these into gateway/fence/aiohttp_private.py"
+
+
+# What the gateway calls on each of aiohttp's undocumented (non-underscored, not exported)
+# names it imports through the fence (gateway/fence/aiohttp_private.py, its docstring).
+INTERNAL_MEMBERS: dict[str, tuple[str, ...]] = {
+    "ResponseHandler": ("set_response_params", "read", "set_exception", "should_close"),
+    "StreamWriter": (
+        "write_headers",
+        "enable_chunking",
+        "send_headers",
+        "write",
+        "write_eof",
+        "set_eof",
+    ),
+    "TimeoutHandle": ("timer", "start"),
+    "BaseTimerContext": ("__enter__", "__exit__"),
+    "BaseProtocol": ("pause_writing", "resume_writing", "transport"),
+    "RawRequestMessage": ("method", "path", "version", "headers"),
+    "HttpProcessingError": ("code", "message"),
+    "BadHttpMessage": ("code",),
+    "LineTooLong": ("code",),
+    "Handler": (),
+    "Middleware": (),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERNAL_MEMBERS))
+def test_each_internal_name_still_has_what_the_gateway_calls(name: str) -> None:
+    import gateway.fence.aiohttp_private as fence
+
+    value = getattr(fence, name)
+    missing = [m for m in INTERNAL_MEMBERS[name] if not hasattr(value, m)]
+    if name == "RawRequestMessage":  # a named tuple: its fields
+        missing = [m for m in missing if m not in value._fields]
+    elif name in {"HttpProcessingError", "BadHttpMessage", "LineTooLong"}:
+        assert issubclass(value, HttpProcessingError), f"{name} is no longer a parse error"
+        missing = [m for m in missing if m != "message"]  # set per instance
+    assert missing == [], f"aiohttp's {name} no longer has {missing}"
+
+
+def _imported_from_aiohttp(tree: ast.AST) -> set[tuple[str, str]]:
+    return {
+        (node.module or "", alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiohttp.")
+        for alias in node.names
+    }
+
+
+PUBLIC_MODULES = {"aiohttp.web", "aiohttp.hdrs"}
+
+
+@pytest.mark.parametrize("path", OTHERS, ids=[str(p.relative_to(PACKAGE)) for p in OTHERS])
+def test_no_other_module_imports_aiohttp_internals(path: Path) -> None:
+    """Outside the fence, aiohttp is used through its exported names (`aiohttp.X` in its
+    `__all__`, `aiohttp.web`, `aiohttp.hdrs`) only."""
+    internal = sorted(
+        f"{module}.{name}"
+        for module, name in _imported_from_aiohttp(ast.parse(path.read_text()))
+        if module not in PUBLIC_MODULES
+    )
+    assert internal == [], "import these from gateway/fence/aiohttp_private.py"

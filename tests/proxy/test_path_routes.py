@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.config.models import PathSpec, RouteSpec
+from gateway.config.route_model import PathSpec, RouteSpec
 from gateway.proxy.routes import RouteTable
 from tests.support.curl import curl
 from tests.support.gateway import RawResponse, StartGateway, StartUpstream, exchange_raw

@@ -26,7 +26,7 @@ from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
 from gateway.proxy.shares import OPEN_ENDED_STREAM_S
 from gateway.proxy.state import UPSTREAM
-from gateway.proxy.upstream.client import UpstreamClient
+from gateway.proxy.upstream.pool import UpstreamClient
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import (
     RunningGateway,

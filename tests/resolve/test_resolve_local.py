@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from gateway.config.models import CallersSpec, SkillSpec
+from gateway.config.models import CallersSpec
+from gateway.config.rule_model import SkillSpec
 from gateway.failure import NO_RECOVERY, Category
 from gateway.resolve.callers import ANONYMOUS, CallerDirectory, key_digest
 from gateway.resolve.catalog import Catalog

@@ -17,7 +17,8 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from gateway.telemetry.metrics import REGISTRY, SpoofReporter
+from gateway.telemetry.metrics import REGISTRY
+from gateway.telemetry.reporters import SpoofReporter
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.recovery import CSV_RULE, csv_failing_upstream
 

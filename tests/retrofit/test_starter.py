@@ -15,7 +15,7 @@ import yaml
 
 from gateway.cli import main
 from gateway.config.loader import builtin_names, load_config
-from gateway.config.models import RouteSpec
+from gateway.config.route_model import RouteSpec
 from gateway.failure import Category
 from gateway.offline.openapi import OpenApiError, load, parse
 from gateway.offline.starter import build, category_for, says_more_than_status, upper_snake

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.config.models import PolicySpec, SkillSpec
+from gateway.config.rule_model import PolicySpec, SkillSpec
 from gateway.failure import Category
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery

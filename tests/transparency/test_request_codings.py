@@ -34,7 +34,8 @@ from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
 from gateway.fence.aiohttp_private import server_handler_kwargs
-from gateway.proxy.upstream.client import Origin, UpstreamClient
+from gateway.proxy.upstream.links import Origin
+from gateway.proxy.upstream.pool import UpstreamClient
 from tests.support.gateway import StartGateway, StartRaw, StartUpstream, route_config
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, PACKAGE
@@ -383,7 +384,7 @@ def test_no_aiohttp_setting_inflates_a_forwarded_body() -> None:
         if _inflates(node) and (path, function) not in MAY_INFLATE
     ]
     assert inflating == []
-    parsing = Path(PACKAGE / "proxy" / "upstream" / "client.py").read_text()
+    parsing = Path(PACKAGE / "proxy" / "upstream" / "exchange.py").read_text()
     assert '"auto_decompress": False' in parsing  # the settings `set_response_params` gets
 
 

@@ -20,7 +20,9 @@ from gateway.proxy.context import RequestContext
 from gateway.proxy.headers import upstream_request_headers
 from gateway.proxy.shares import PoolFull
 from gateway.proxy.state import UPSTREAM
-from gateway.proxy.upstream.client import Interim, ResponseDeadline, UpstreamFault, UpstreamResponse
+from gateway.proxy.upstream.deadline import ResponseDeadline
+from gateway.proxy.upstream.exchange import UpstreamResponse
+from gateway.proxy.upstream.links import Interim, UpstreamFault
 from gateway.telemetry.logs import Throttled
 from gateway.telemetry.metrics import count_pool_refusal, observe_upstream
 
@@ -73,7 +75,7 @@ async def call_upstream(
     """
     request, route, record = ctx.request, ctx.route, ctx.record
     client = request.app[UPSTREAM]
-    deadline = ResponseDeadline(ctx.state.loaded.config.limits.response_timeout_s, client.loop)
+    deadline = ResponseDeadline(ctx.state.config.limits.response_timeout_s, client.loop)
     if isinstance(body, RequestBody):
         body.on_end = deadline.start
     else:

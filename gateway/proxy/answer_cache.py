@@ -3,7 +3,8 @@
 The same 404, 429 or validation body arrives again and again; classifying, resolving and
 rendering it costs the same every time. `AnswerCache` keeps, per config (a reload builds a new
 one), what the enrichment step made of one failure, keyed on everything that answer depends on
-(`gateway.enrich.step.Enricher.answer_key`), in a least-recently-used map bounded by entries and by
+(`gateway.proxy.answers.HttpAnswers.answer_key`), in a least-recently-used map bounded by
+entries and by
 bytes (`limits.answer_cache_entries`, `limits.answer_cache_bytes`).
 
 What differs between two requests that meet the same failure is filled in per request: the

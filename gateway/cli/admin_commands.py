@@ -1,0 +1,59 @@
+"""`mendpoint gaps` and `mendpoint followups`: a running gateway's admin API, as tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gateway.cli.exits import EXIT_INVALID, EXIT_OK
+from gateway.feedback.followups import Outcome, reading
+from gateway.serve.admin import AdminError, admin_get, admin_token
+
+
+def _admin_json(command: str, args: argparse.Namespace, path: str) -> dict[str, Any] | None:
+    """GET an admin endpoint, with the admin token when one is given; None (and a line on
+    stderr) when it cannot be read."""
+    try:
+        payload = admin_get(args.admin, path, admin_token(args.token_file))
+    except AdminError as exc:
+        print(f"mendpoint {command}: {exc}", file=sys.stderr)
+        return None
+    return payload if isinstance(payload, dict) else {}
+
+
+def run_gaps(args: argparse.Namespace) -> int:
+    payload = _admin_json("gaps", args, f"/gaps?limit={max(1, args.limit)}")
+    if payload is None:
+        return EXIT_INVALID
+    rows = payload.get("signatures", [])
+    if not rows:
+        print("no unmatched failures yet: every failure so far matched one of your rules")
+        return EXIT_OK
+    print(f"{'count':>7}  {'route':<12} {'status':<22} signature")
+    for row in rows:
+        print(f"{row['count']:>7}  {row['route']:<12} {row['status']:<22} {row['signature']}")
+    return EXIT_OK
+
+
+def run_followups(args: argparse.Namespace) -> int:
+    payload = _admin_json("followups", args, "/followups")
+    if payload is None:
+        return EXIT_INVALID
+    rows = payload.get("codes", [])
+    if not rows:
+        print("no failures followed up yet (or follow-up tracking is off)")
+        return EXIT_OK
+    print(f"window {payload.get('window_s')} s; wasted attempts first")
+    columns = [o.value for o in Outcome]
+    heads = [c.replace("retried_", "r_").replace("failed_", "f_") for c in columns]
+    widths = [max(8, len(h)) for h in heads]
+    cells = " ".join(f"{h:>{w}}" for h, w in zip(heads, widths, strict=True))
+    print(f"{'route':<12} {'code':<24} {'failures':>8} {cells}")
+    for row in rows:
+        counts = " ".join(f"{row.get(c, 0):>{w}}" for c, w in zip(columns, widths, strict=True))
+        print(f"{row['route']:<12} {row['code']:<24} {row['failures']:>8} {counts}")
+    print()
+    for row in rows:
+        print(f"- {row['route']} {row['code']}: {reading(row)}")
+    return EXIT_OK

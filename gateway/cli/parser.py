@@ -1,0 +1,262 @@
+"""The `mendpoint` command line: every command, its arguments, and which module runs it.
+
+Each command's module is imported when that command runs, not before: `mendpoint stdio`
+starts an MCP server per chat, and should not pay for importing the resolver or `explain`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gateway import __version__
+from gateway.config.models import DEFAULT_ADMIN
+from gateway.config.secrets import (
+    ADMIN_TOKEN_ENV,
+    TOKEN_ENV,
+)
+from gateway.failure import Mode, TransportKind
+from gateway.offline.schema import KINDS
+from gateway.serve import workers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mendpoint",
+        description=__doc__.splitlines()[0],
+        epilog="The product contract: docs/spec.md; every config key: docs/configuration.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"mendpoint {__version__}")
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="overrides MENDPOINT_LOG_LEVEL and the config's log.level (default info)",
+    )
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    _config_source(serve)
+    serve.add_argument("--listen", help="HOST:PORT to listen on (overrides the config)")
+    serve.add_argument(
+        "--admin", help=f"HOST:PORT of the admin listener (default {DEFAULT_ADMIN}), or 'off'"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_worker_count,
+        metavar="N|auto",
+        help="processes sharing the listen port (SO_REUSEPORT, Linux); 0 or auto: one per "
+        "usable CPU (overrides MENDPOINT_WORKERS and the config's workers; default 1)",
+    )
+    # Internal: the supervisor of `--workers N` starts each worker with its end of a link.
+    serve.add_argument("--worker-link", type=int, help=argparse.SUPPRESS)
+    serve.set_defaults(run=_serve)
+
+    gaps = sub.add_parser("gaps", help="print the top unmatched-error signatures of a gateway")
+    gaps.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
+    gaps.add_argument("--limit", type=int, default=20)
+    _admin_token_argument(gaps)
+    gaps.set_defaults(run=_gaps)
+    followups = sub.add_parser(
+        "followups", help="print what callers did after each code's failures (docs/operations.md)"
+    )
+    followups.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
+    _admin_token_argument(followups)
+    followups.set_defaults(run=_followups)
+
+    init = sub.add_parser(
+        "init", help="write a starter config for an upstream, from its OpenAPI document"
+    )
+    init.add_argument("--upstream", required=True, help="the API's base URL")
+    init.add_argument("--openapi", help="its OpenAPI document: a file or URL (default: probe)")
+    init.add_argument("--out", default="mendpoint.yaml", help="the config to write")
+    init.add_argument("--force", action="store_true", help="replace existing files")
+    init.set_defaults(run=_init)
+
+    suggest = sub.add_parser(
+        "suggest", help="draft rules from captured or live unmatched failures (docs/rules.md)"
+    )
+    suggest.add_argument(
+        "--from", dest="source", required=True, help="a capture directory, or an admin HOST:PORT"
+    )
+    suggest.add_argument("--out", required=True, help="the rule file to write")
+    suggest.add_argument("--force", action="store_true", help="replace existing files")
+    _admin_token_argument(suggest)
+    suggest.set_defaults(run=_suggest)
+
+    check = sub.add_parser("check", help="validate a config and every rule pack it includes")
+    check.add_argument("--config", required=True)
+    check.set_defaults(run=_check)
+
+    exp = sub.add_parser("explain", help="show which rule matches a sample and what it renders")
+    _config_source(exp)
+    exp.add_argument("--status", type=int, help="the upstream status")
+    exp.add_argument(
+        "--transport",
+        choices=[k.value for k in TransportKind],
+        help="a transport fault instead of a status",
+    )
+    exp.add_argument("--body", help="file holding the upstream body ('-' for stdin)")
+    exp.add_argument("--method", default="GET")
+    exp.add_argument("--path", default="/")
+    exp.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="an upstream response header (repeatable)",
+    )
+    exp.add_argument(
+        "--request-header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="a header the caller sent, e.g. Idempotency-Key:k1 (repeatable)",
+    )
+    exp.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ENVELOPE.value)
+    exp.add_argument(
+        "--caller", help="resolve recovery options with this configured caller's scopes"
+    )
+    exp.set_defaults(run=_explain)
+
+    resolver = sub.add_parser("resolver", help="serve the remote-resolver endpoint from a catalog")
+    resolver.add_argument("--config", required=True, help="a config, or a pack with skills:")
+    resolver.add_argument("--listen", default="127.0.0.1:8090", help="HOST:PORT to listen on")
+    resolver.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="accept only requests with `Authorization: Bearer TOKEN` for a token in FILE (one "
+        f"per line; overrides {TOKEN_ENV}; docs/security.md)",
+    )
+    resolver.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate")
+    resolver.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert")
+    resolver.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="mutual TLS: require a client certificate signed by this CA",
+    )
+    resolver.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without a token on a non-loopback address (anyone who reaches it can read "
+        "the whole catalog)",
+    )
+    resolver.set_defaults(run=_resolver)
+
+    stdio = sub.add_parser(
+        "stdio",
+        help="run an MCP stdio server behind the gateway: stdio [--config F] -- CMD ARGS...",
+    )
+    stdio.add_argument("--config", help="gateway config file (its rules, packs and mcp: block)")
+    stdio.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ADDITIVE.value)
+    stdio.add_argument(
+        "--grace",
+        type=float,
+        metavar="S",
+        help="seconds pending calls may run after the client closes its input "
+        "(default: mcp.stdio_grace_s, 60; docs/mcp.md)",
+    )
+    stdio.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    stdio.set_defaults(run=_stdio)
+
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a config, rule or fixture file (for editors; "
+        "docs/configuration.md#editor-support)",
+    )
+    schema.add_argument("kind", nargs="?", choices=sorted(KINDS), default="config")
+    schema.set_defaults(run=_schema)
+
+    test = sub.add_parser("test", help="run rule fixture files against a config")
+    _config_source(test)
+    test.add_argument("fixtures", nargs="+", help="fixture files (or builtin:NAME)")
+    test.set_defaults(run=_test)
+    return parser
+
+
+def _admin_token_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--token-file",
+        help="a file whose first line is the admin token, for a gateway with admin_token_file "
+        f"(default: {ADMIN_TOKEN_ENV}; docs/security.md#admin-authentication)",
+    )
+
+
+def _worker_count(text: str) -> workers.WorkerCount:
+    try:
+        return workers.parse_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _config_source(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--config", help="gateway config file (docs/configuration.md)")
+    group.add_argument("--upstream", help="run the embedded default in front of this URL")
+
+
+# Each command's module is imported when it runs (the module docstring says why).
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.cli.serve_command import run_serve
+
+    return run_serve(args)
+
+
+def _gaps(args: argparse.Namespace) -> int:
+    from gateway.cli.admin_commands import run_gaps
+
+    return run_gaps(args)
+
+
+def _followups(args: argparse.Namespace) -> int:
+    from gateway.cli.admin_commands import run_followups
+
+    return run_followups(args)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from gateway.cli.init_command import run_init
+
+    return run_init(args.upstream, args.openapi, args.out, args.force)
+
+
+def _suggest(args: argparse.Namespace) -> int:
+    from gateway.cli.suggest_command import run_suggest
+
+    return run_suggest(args.source, args.out, args.force, args.token_file)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from gateway.cli.rule_commands import run_check
+
+    return run_check(args)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from gateway.cli.rule_commands import run_explain
+
+    return run_explain(args)
+
+
+def _resolver(args: argparse.Namespace) -> int:
+    from gateway.cli.resolver_command import run_resolver
+
+    return run_resolver(args)
+
+
+def _stdio(args: argparse.Namespace) -> int:
+    from gateway.cli.stdio_command import run_stdio
+
+    return run_stdio(args)
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from gateway.cli.rule_commands import run_schema
+
+    return run_schema(args)
+
+
+def _test(args: argparse.Namespace) -> int:
+    from gateway.cli.rule_commands import run_test
+
+    return run_test(args)
