@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fixtures, harness
+from bench.baseline import Baseline, base_name
 from bench.mcp_server import PATH, PROTOCOL_VERSION, TOOL, enoent, missing_path, ok_path
 from bench.upstream import free_port
 
@@ -99,17 +100,25 @@ def mcp_proxy(_upstream: str, port: int, _root: Path) -> list[str]:
     return [*argv, "--log-level", "WARNING", "--", *STDIO_COMMAND]
 
 
-def commands(generic: dict[str, Command | None]) -> dict[str, Command]:
-    """The command of every MCP system (the bare proxy is the HTTP rows' own)."""
+def commands(
+    generic: dict[str, Command | None], baseline: Baseline | None = None
+) -> dict[str, Command]:
+    """The command of every MCP system (the bare proxy is the HTTP rows' own), and of each
+    twin the generic table has on the baseline's code."""
     bare = generic["bare"]
     assert bare is not None
-    return {
+    table: dict[str, Command] = {
         "bare": bare,
         "mendpoint-original": mendpoint("original"),
         "mendpoint-additive": mendpoint("additive"),
         "mendpoint-bridge": mendpoint("additive", bridge=True),
         "mcp-proxy": mcp_proxy,
     }
+    if baseline is not None:
+        for name in generic:
+            if name != base_name(name) and base_name(name) in table:
+                table[name] = baseline.wrap(table[base_name(name)])
+    return table
 
 
 # --- the client side: sessions and the checked sample calls -----------------------------------
@@ -184,6 +193,7 @@ def open_sessions(url: str, count: int) -> list[str]:
 
 def check(system: str, url: str, session: str) -> str | None:
     """What is wrong with the sample calls (so a broken setup is never benchmarked), or None."""
+    system = base_name(system)
     listed = post(url, {"jsonrpc": "2.0", "id": CHECK_ID, "method": "tools/list"}, session)
     tools = _result(listed).get("tools") or []
     if not any(isinstance(t, dict) and t.get("name") == TOOL for t in tools):
@@ -228,7 +238,7 @@ def _result(answer: Answer) -> dict[str, Any]:
 def unexpected(system: str, replies: dict[str, int]) -> int:
     """Replies of a load that the sample check would have refused: anything but a success or
     a tool error, and a tool error upgraded (or not) against what `system` does."""
-    wrong_kind = "failed" if system in UPGRADING else "upgraded"
+    wrong_kind = "failed" if base_name(system) in UPGRADING else "upgraded"
     return replies.get("other", 0) + replies.get(wrong_kind, 0)
 
 
@@ -258,24 +268,25 @@ def measure(
     root: Path,
     seconds: int,
     warmup: int,
-    generic: dict[str, Command | None],
+    command: Command | None,
 ) -> Measured:
-    """One fresh system (and fresh server) under `conns` concurrent MCP clients."""
+    """One fresh system (and fresh server) under `conns` concurrent MCP clients; `command`
+    starts it (None: `direct`, the server itself)."""
     server_port = free_port()
     upstream = f"http://127.0.0.1:{server_port}"
     server: subprocess.Popen[bytes] | None = None
     proc: subprocess.Popen[bytes] | None = None
     children: list[int] = []
     try:
-        if system == "direct" or system in BEHIND_HTTP:
+        if system == "direct" or base_name(system) in BEHIND_HTTP:
             core = harness.SUT_CORE if system == "direct" else harness.LOAD_CORE
             server = _start_server(server_port, core, root / "mcp-server.log")
             harness.wait_ready(upstream + PATH, server)
-        if system == "direct":
+        if command is None:
             sut, url = server, upstream + PATH
         else:
             port = free_port()
-            argv = commands(generic)[system](upstream, port, root)
+            argv = command(upstream, port, root)
             proc = sut = harness.start(argv, root / f"{system}.log")
             url = f"http://127.0.0.1:{port}{PATH}"
             harness.wait_ready(url, proc)

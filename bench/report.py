@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import mcp_bench
+from bench.baseline import base_name, revision_of
 
 COLUMNS = (
     "direct",
@@ -73,10 +74,20 @@ def mcp_only(medians: Medians) -> Medians:
     return {w: by_system for w, by_system in medians.items() if is_mcp(w)}
 
 
+def _with_twins(order: tuple[str, ...], present: set[str]) -> list[str]:
+    """`order`'s systems that are present, each followed by its baseline twins."""
+    out: list[str] = []
+    for system in order:
+        if system in present:
+            out.append(system)
+        out += sorted(t for t in present if t != system and base_name(t) == system)
+    return out
+
+
 def _columns(medians: Medians) -> list[str]:
     present = {system for by_system in medians.values() for system in by_system}
-    extra = sorted(present - set(COLUMNS))
-    return [c for c in COLUMNS if c in present] + extra
+    ordered = _with_twins(COLUMNS, present)
+    return ordered + _with_twins(tuple(sorted(present - set(ordered))), present)
 
 
 def table(medians: Medians) -> str:
@@ -106,11 +117,22 @@ def cpu_table(medians: Medians) -> str:
     return "\n".join(lines)
 
 
+def _mcp_columns(medians: Medians) -> list[str]:
+    return _with_twins(MCP_COLUMNS, {s for by_system in medians.values() for s in by_system})
+
+
+def _mcp_name(system: str) -> str:
+    base = base_name(system)
+    name = MCP_NAMES.get(base, base)
+    rev = revision_of(system)
+    return name if rev is None else f"{name}@{rev}"
+
+
 def mcp_table(medians: Medians) -> str:
     """Round trips per second (ratio to direct) and p50 latency, for each MCP workload."""
-    columns = [c for c in MCP_COLUMNS if any(c in by_system for by_system in medians.values())]
+    columns = _mcp_columns(medians)
     lines = [
-        "| workload | " + " | ".join(MCP_NAMES.get(c, c) for c in columns) + " |",
+        "| workload | " + " | ".join(_mcp_name(c) for c in columns) + " |",
         "|---" * (len(columns) + 1) + "|",
     ]
     for workload, by_system in medians.items():
@@ -132,9 +154,9 @@ def mcp_table(medians: Medians) -> str:
 def mcp_cpu_table(medians: Medians) -> str:
     """CPU per call of the process under test (for `direct`, the server's own), ratio to the
     bare proxy; and replies of the load that were not what the sample check expects."""
-    columns = [c for c in MCP_COLUMNS if any(c in by_system for by_system in medians.values())]
+    columns = _mcp_columns(medians)
     lines = [
-        "| workload | " + " | ".join(MCP_NAMES.get(c, c) for c in columns) + " |",
+        "| workload | " + " | ".join(_mcp_name(c) for c in columns) + " |",
         "|---" * (len(columns) + 1) + "|",
     ]
     for workload, by_system in medians.items():
@@ -159,6 +181,42 @@ def mcp_cpu_table(medians: Medians) -> str:
             "Unexpected replies under load: " + ", ".join(f"{k} {v}" for k, v in wrong.items())
         )
     return "\n".join(lines)
+
+
+def baseline_table(medians: Medians) -> str:
+    """Each system against its baseline twin, workload by workload: the twin's median, this
+    tree's, and their ratio (throughput, or p50 on the one-connection rows; CPU per request)."""
+    lines = [
+        "| workload | system | baseline → now | now / baseline | CPU baseline → now "
+        "| now / baseline |",
+        "|---|---|---|---|---|---|",
+    ]
+    for workload, by_system in medians.items():
+        key = "p50_ms" if workload in LATENCY else "rps"
+        for twin in sorted(s for s in by_system if revision_of(s) is not None):
+            now, then = by_system.get(base_name(twin)), by_system[twin]
+            if now is None:
+                continue
+            shown = _shown(key, then[key]) + " → " + _shown(key, now[key])
+            r = ratio(now[key], then[key])
+            cpu_then, cpu_now = then.get("cpu_us_per_request"), now.get("cpu_us_per_request")
+            cpu = (
+                "—" if cpu_then is None or cpu_now is None else f"{cpu_then:.0f} → {cpu_now:.0f} µs"
+            )
+            cpu_r = ratio(cpu_now, cpu_then)
+            name = base_name(twin).removeprefix("mendpoint-")
+            lines.append(
+                f"| {workload} | {name} | {shown} | {_times(r)} | {cpu} | {_times(cpu_r)} |"
+            )
+    return "\n".join(lines)
+
+
+def _shown(key: str, value: float) -> str:
+    return f"{value:.3f} ms" if key == "p50_ms" else f"{value:,.0f}/s"
+
+
+def _times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}{TIMES}"
 
 
 def _get(medians: Medians, workload: str, system: str, key: str) -> float | None:
@@ -298,6 +356,16 @@ def markdown(results: dict[str, Any]) -> str:
             "ratio to bare):",
             "",
             mcp_cpu_table(mcp),
+            "",
+        ]
+    against = results.get("baseline")
+    if against:
+        parts += [
+            f"Against `{against['label']}` (`--baseline {against['rev']}`): each Mendpoint "
+            "system beside its twin on that commit's code, medians of the same interleaved "
+            "run (throughput: higher is better; p50 and CPU: lower is better).",
+            "",
+            baseline_table(results["medians"]),
             "",
         ]
     parts += [rules_table(results.get("rule_scaling")), "", targets_table(results)]

@@ -3,6 +3,8 @@
 Repetitions are interleaved (A B C … A B C …, the order rotated each round) so drift on a
 shared machine spreads over every system instead of landing on one. Ratios are only ever
 taken between medians of this one run; absolute numbers describe this machine, nothing more.
+`--baseline REV` adds every Mendpoint system again on REV's code (`mendpoint-additive@REV`,
+bench/baseline.py), interleaved with the rest, and a table of now against REV.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness, mcp_bench, report
+from bench.baseline import Baseline, base_name, prepare
 from bench.systems import ROOT, Workload, applies, check, systems
 from bench.systems import WORKLOADS as ALL_WORKLOADS
 from bench.upstream import Nginx, free_port
@@ -49,13 +52,16 @@ class Settings:
     seconds: int
     warmup: int
     root: Path
+    baseline: Baseline | None = None
 
 
 def measure(name: str, workload: Workload, rep: int, nginx: Nginx, settings: Settings) -> Sample:
     """One fresh process of `name` under `workload`: ready, checked, warmed, loaded."""
+    table = systems(settings.baseline)
     if workload.mcp:
+        mcp_command = mcp_bench.commands(table, settings.baseline).get(name)
         m = mcp_bench.measure(
-            name, workload.conns, settings.root, settings.seconds, settings.warmup, systems()
+            name, workload.conns, settings.root, settings.seconds, settings.warmup, mcp_command
         )
         fields = _load_fields(m.load)
         return Sample(
@@ -67,7 +73,7 @@ def measure(name: str, workload: Workload, rep: int, nginx: Nginx, settings: Set
             cpu_us_per_request=m.cpu_us_per_request,
             replies=m.replies,
         )
-    command = systems()[name]
+    command = table[name]
     if command is None:
         return _measure_direct(workload, rep, nginx, settings)
     port = free_port()
@@ -114,8 +120,16 @@ def _verify(name: str, workload: Workload, url: str) -> None:
         raise RuntimeError(f"{name} on {workload.name}: {problem}")
 
 
-def plan(selected: list[str] | None, workloads: list[Workload]) -> list[tuple[str, Workload]]:
-    names = [n for n in systems() if (n in selected if selected else "[" not in n)]
+def plan(
+    selected: list[str] | None,
+    workloads: list[Workload],
+    against: Baseline | None = None,
+) -> list[tuple[str, Workload]]:
+    """The (system, workload) pairs to measure: the selected systems (by default all but the
+    `[lever]` variants), each Mendpoint one followed by its twin when there is a baseline."""
+    names = [
+        n for n in systems(against) if (base_name(n) in selected if selected else "[" not in n)
+    ]
     return [(n, w) for w in workloads for n in names if applies(n, w)]
 
 
@@ -184,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", help="comma-separated subset of systems")
     parser.add_argument("--workloads", help="comma-separated subset of workloads")
     parser.add_argument("--no-rules", action="store_true", help="skip the rule microbenchmark")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run every Mendpoint system on REV's code (a git worktree in bench/results/)",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
     if args.smoke:
@@ -191,17 +210,21 @@ def main(argv: list[str] | None = None) -> int:
     selected = args.systems.split(",") if args.systems else None
     wanted = set(args.workloads.split(",")) if args.workloads else None
     workloads = [w for w in ALL_WORKLOADS if wanted is None or w.name in wanted]
+    against = prepare(args.baseline) if args.baseline else None
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="mendpoint-bench-") as tmp:
-        settings = Settings(args.reps, args.seconds, args.warmup, Path(tmp))
+        settings = Settings(args.reps, args.seconds, args.warmup, Path(tmp), against)
         with Nginx(Path(tmp), free_port()) as nginx:
-            samples = run_all(plan(selected, workloads), nginx, settings)
+            samples = run_all(plan(selected, workloads, against), nginx, settings)
     rules = None if args.no_rules else rule_scaling(args.smoke)
     results = {
         "machine": machine(),
         "settings": {"reps": args.reps, "seconds": args.seconds, "warmup": args.warmup},
         "command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
         "elapsed_s": round(time.time() - started, 1),
+        "baseline": None
+        if against is None
+        else {"rev": args.baseline, "commit": against.commit, "label": against.label},
         "samples": [asdict(s) for s in samples],
         "medians": medians(samples),
         "rule_scaling": rules,

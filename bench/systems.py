@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import fixtures, mcp_bench, mcp_server
+from bench.baseline import Baseline, base_name
 from bench.harness import Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,9 @@ WORKLOADS = (
     Workload("mcp-16", mcp_server.PATH, 16, 200, mcp=True),
 )
 MCP_ONLY = ("mendpoint-bridge", "mcp-proxy")
+# The bridge's config sets max_sessions_per_caller (its load opens every session from one
+# address), a key a revision before it refuses: it gets no `@REV` twin.
+UNTWINNED = ("mendpoint-bridge",)
 
 Command = Callable[[str, int, Path], list[str]]
 
@@ -115,9 +119,15 @@ VARIANTS = {
 }
 
 
-def systems() -> dict[str, Command | None]:
+def has_twin(system: str) -> bool:
+    """Whether `--baseline REV` measures this system a second time as `system@REV`."""
+    return system.startswith("mendpoint-") and system not in UNTWINNED
+
+
+def systems(baseline: Baseline | None = None) -> dict[str, Command | None]:
     """Name → command; `direct` has none (wrk goes straight to nginx), nor have the MCP-only
-    systems (bench/mcp_bench.py starts them)."""
+    systems (bench/mcp_bench.py starts them). With a baseline, each Mendpoint system is
+    followed by its twin on the baseline's code (bench/baseline.py)."""
     table: dict[str, Command | None] = {"direct": None, "bare": bare(False)}
     table["bare-buffered"] = bare(False, buffered=True)
     table["mitmproxy"] = mitm
@@ -130,11 +140,20 @@ def systems() -> dict[str, Command | None]:
     table[FOLLOWUPS_OFF] = mendpoint("additive", followups=False)
     for name in MCP_ONLY:
         table[name] = None  # MCP workloads only; their commands are in bench/mcp_bench.py
-    return table
+    if baseline is None:
+        return table
+    twinned: dict[str, Command | None] = {}
+    for name, command in table.items():
+        twinned[name] = command
+        if has_twin(name):
+            twinned[baseline.twin(name)] = None if command is None else baseline.wrap(command)
+    return twinned
 
 
 def applies(system: str, workload: Workload) -> bool:
-    """Which pairs are measured: every mode where modes differ, one mode where they cannot."""
+    """Which pairs are measured: every mode where modes differ, one mode where they cannot;
+    a baseline's twin wherever its system is."""
+    system = base_name(system)
     if workload.mcp or system in MCP_ONLY:
         return workload.mcp and system in mcp_bench.SYSTEMS
     if system == "direct":
@@ -152,6 +171,7 @@ def check(system: str, workload: Workload, reply: Reply) -> str | None:
         return f"status {reply.status}, expected {workload.status}"
     if workload.name == "10mb-32" and len(reply.body) != fixtures.BIG_BYTES:
         return f"body of {len(reply.body)} bytes, expected {fixtures.BIG_BYTES}"
+    system = base_name(system)
     if not system.startswith("mendpoint-") or workload.status < 400:
         return None
     mode = system.removeprefix("mendpoint-").split("[")[0]
