@@ -52,10 +52,29 @@ def outcome(path: Path) -> LoadedConfig | ConfigError:
         return exc
 
 
+# "Never slowly" is bounded in CPU time of this thread (the loader runs in it, regex
+# compilation included): on a loaded 2-core machine wall-clock time measures the neighbours
+# (2-4 s for the 0.5 s of CPU deep-nesting.yaml takes), while a blow-up in parsing,
+# validation or compiling still shows.
+CPU_BOUND_S = 3.0
+
+
+def timed_outcome(path: Path) -> tuple[LoadedConfig | ConfigError, float]:
+    """The outcome and the CPU seconds this thread spent on it."""
+    started = time.thread_time()
+    result = outcome(path)
+    return result, time.thread_time() - started
+
+
 def check_error(error: ConfigError, path: Path) -> None:
+    """Every problem names the file, or a file the config includes (a problem inside an
+    included file is located in that file: `include: [../../../../etc/passwd]` from a
+    directory four deep is `/etc/passwd:1: the top level must be a mapping`)."""
     assert error.problems
+    source = path.read_bytes().decode("utf-8", "replace")
     for problem in error.problems:
-        assert problem.file.endswith(path.name) or path.name in str(problem), problem
+        included = Path(problem.file).is_file() and Path(problem.file).name in source
+        assert problem.file.endswith(path.name) or path.name in str(problem) or included, problem
         text = str(problem)
         assert "\n" not in text and "Traceback" not in text
         assert len(text) < 400, text
@@ -69,9 +88,8 @@ CASES = sorted(p.name for p in CORPUS.glob("*.yaml"))
 @pytest.mark.parametrize("name", CASES, ids=CASES)
 def test_corpus_case_loads_or_fails_with_one_located_error(name: str) -> None:
     path = CORPUS / name
-    started = time.monotonic()
-    result = outcome(path)
-    assert time.monotonic() - started < 5
+    result, cpu = timed_outcome(path)
+    assert cpu < CPU_BOUND_S, f"{cpu:.2f} s of CPU"
     if name in ACCEPTED:
         assert isinstance(result, LoadedConfig), result
         return
@@ -87,9 +105,8 @@ def test_a_50_mb_file_is_refused_before_it_is_read_whole(tmp_path: Path) -> None
         handle.write(b"routes:\n")
         line = b"  - {name: r, upstream: 'http://127.0.0.1:9000'}\n"
         handle.write(line * (50 * 2**20 // len(line)))
-    started = time.monotonic()
-    result = outcome(path)
-    assert time.monotonic() - started < 2
+    result, cpu = timed_outcome(path)
+    assert cpu < 0.5, f"{cpu:.2f} s of CPU"  # reading 50 MB and parsing it would take more
     assert isinstance(result, ConfigError)
     assert "larger than" in str(result)
     assert str(result).startswith(str(path))
@@ -203,8 +220,7 @@ def test_fuzzed_configs_never_escape_as_anything_but_config_error(
 ) -> None:
     path = tmp_path / "fuzzed.yaml"
     path.write_bytes(data)
-    started = time.monotonic()
-    result = outcome(path)
-    assert time.monotonic() - started < 5
+    result, cpu = timed_outcome(path)
+    assert cpu < CPU_BOUND_S, f"{cpu:.2f} s of CPU"
     if isinstance(result, ConfigError):
         check_error(result, path)
