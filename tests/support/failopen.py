@@ -20,7 +20,7 @@ ADVISORY = ("X-Error-Code", "X-Error-Retryable", "X-Error-Recoverable", "X-Recov
 IGNORED = frozenset({"date", "via", "x-request-id", "server"})
 STEPS = {
     "classify": ("classifier", "classify"),
-    "render": ("gateway.enrich.step", "render"),
+    "render": ("gateway.proxy.answers", "render"),
     "message-template": ("gateway.classify.engine", "build_failure"),
 }
 """Steps of classify → resolve → render that can raise: (owner, attribute) to replace."""
