@@ -1,5 +1,5 @@
-"""The message of an HTML or plain-text error page: its heading and first paragraph (or its
-first line), never its source.
+"""The message of an HTML, plain-text or XML error page: its heading and first paragraph (or
+its first line, or its `<Message>`), never its source.
 
 Flask, Django and Express answer errors with HTML by default. The page's `<h1>` (else
 `<title>`) says what failed and its first `<p>` or `<pre>` says why; scripts, styles and
@@ -7,11 +7,17 @@ everything after the first stack frame are dropped, and file paths are masked, s
 page's traceback never becomes an agent's `message`. Parsing uses the standard library's
 `html.parser` on at most `SCAN_CHARS` of the page (stopping as soon as heading and detail are
 found), which unescapes entities as it goes.
+
+A banner that only repeats the status ("503 Service Unavailable", "Error: 400 Bad Request",
+"⚠️ 503 — Service Unavailable") says nothing the status does not: the words after it are
+the message (docs/rules.md#errormessage).
 """
 
 from __future__ import annotations
 
+import html
 from html.parser import HTMLParser
+from http import HTTPStatus
 
 import regex
 
@@ -20,8 +26,23 @@ CHUNK_CHARS = 2048
 DETAIL_LIMIT = 500
 SKIPPED = frozenset({"script", "style", "noscript", "template", "svg"})
 BREAKS = frozenset({"br", "hr", "li", "tr", "div"})
+VOID = frozenset({"br", "hr", "img", "meta", "link", "input", "wbr", "col", "area", "base"})
 GENERIC_HEADINGS = frozenset({"", "error", "oops", "oops!", "http error", "server error"})
+REASON_PHRASES = frozenset(
+    {s.phrase.lower() for s in HTTPStatus}
+    | {  # the older and the servers' own spellings of the same phrases
+        "request entity too large",
+        "request-uri too long",
+        "requested range not satisfiable",
+        "unprocessable entity",
+        "gateway time-out",
+        "service temporarily unavailable",
+        "moved temporarily",
+    }
+)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+XML_TYPES = ("application/xml", "text/xml", "+xml")
+TEXT_SCAN_LINES = 5  # a plain-text body's lines looked at for one past a banner
 
 # Where a stack trace starts: Python, JavaScript/Java/.NET, PHP and Ruby frames.
 _TRACE = regex.compile(
@@ -45,6 +66,21 @@ _SPACES = regex.compile(r"[ \t\r\f\v\u00a0]+")
 _STATUS_PREFIX = regex.compile(
     r"(?i)^(?:HTTP(?:\s+(?:Status|Error))?\s*)?[1-5]\d\d\b[\s:.\-\u2013\u2014]*"
 )
+# What may stand before a status in a banner: symbols and punctuation ("⚠️", "***", "#"),
+# and the words "Error" or "HTTP".
+_BANNER_LEAD = regex.compile(r"(?i)^[\p{S}\p{P}\p{Z}\p{M}\s]*(?:(?:error|http)\b[\s:#\-]*)?")
+_BANNER_TAIL = regex.compile(r"[\p{S}\p{P}\p{Z}\p{M}\s]+$")
+_XML_MESSAGE = regex.compile(r"<(?i:message)>\s*([^<]{1,2000}?)\s*</(?i:message)>")
+_SENTENCE_END = (".", "!", "?", ":", ";", ",")
+
+
+def says_only_status(text: str) -> bool:
+    """True for a text that only repeats a status: "409 Conflict", "Error: 400 Bad Request",
+    "⚠️ 503 — Service Unavailable", "Not Found", "HTTP 500". Such a text is no message."""
+    rest = _BANNER_TAIL.sub("", _BANNER_LEAD.sub("", text.strip()[:200]))
+    rest = _STATUS_PREFIX.sub("", rest).strip()
+    rest = _BANNER_TAIL.sub("", _BANNER_LEAD.sub("", rest))
+    return rest.lower() in REASON_PHRASES or rest.lower() in GENERIC_HEADINGS
 
 
 def looks_like_html(content_type: str, text: str) -> bool:
@@ -54,22 +90,54 @@ def looks_like_html(content_type: str, text: str) -> bool:
     return start.startswith(("<!doctype html", "<html"))
 
 
+def looks_like_xml(content_type: str, text: str) -> bool:
+    """An XML document that is not a web page: an `xml` type, or a body that starts as XML
+    whatever its type says (S3's `<Error>` behind a proxy that calls it text)."""
+    if looks_like_html(content_type, text):
+        return False
+    lowered = content_type.partition(";")[0].strip().lower()
+    if any(lowered.endswith(t) for t in XML_TYPES):
+        return True
+    return text[:64].lstrip().startswith("<?xml")
+
+
+def xml_message(text: str) -> str | None:
+    """The first `<Message>` of an XML error document (AWS S3 and the query protocols:
+    `<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message>`)."""
+    found = _XML_MESSAGE.search(text[:SCAN_CHARS])
+    if found is None:
+        return None
+    return _clean(html.unescape(found.group(1))) or None
+
+
 def looks_like_plain_text(content_type: str, text: str) -> bool:
     """A text body with no markup: `text/plain`, an `html` type holding no tag (Express's
-    `res.send("…")`), or no type at all for something that is neither markup nor JSON."""
+    `res.send("…")`), no type at all, or `application/octet-stream` (nginx's default type, so
+    its `return 503 "…"`) for something that is neither markup nor JSON and reads as text."""
     lowered = content_type.lower()
     head = text[:1024]
     if lowered.startswith("text/plain"):
         return not looks_like_html("", text)
     if any(t in lowered for t in HTML_TYPES):
         return "<" not in head
-    return not lowered and head.lstrip()[:1] not in ("<", "{", "[")
+    untyped = not lowered or lowered.startswith("application/octet-stream")
+    return untyped and head.lstrip()[:1] not in ("<", "{", "[") and _reads_as_text(head)
+
+
+def _reads_as_text(head: str) -> bool:
+    """No control characters but line breaks and tabs, and no undecodable bytes (U+FFFD)."""
+    return not any((c < " " and c not in "\t\r\n") or c in "\x7f\ufffd" for c in head)
 
 
 def text_message(text: str) -> str | None:
     """The first line of a plain-text error body (Go's `http.Error`, Express's `res.send`),
-    cut before any stack trace, paths masked; None when nothing is left."""
-    return _clean(text[:SCAN_CHARS]) or None
+    or the next one when the first is a banner that only repeats the status; cut before any
+    stack trace, paths masked; None when nothing is left."""
+    lines = [line for line in text[:SCAN_CHARS].split("\n", TEXT_SCAN_LINES) if line.strip()]
+    for line in lines[:TEXT_SCAN_LINES]:
+        if not says_only_status(line):
+            return _clean(line) or None
+    return _clean(lines[0]) if lines else None
 
 
 def html_message(text: str) -> str | None:
@@ -86,7 +154,7 @@ def html_message(text: str) -> str | None:
     except (AssertionError, ValueError):  # html.parser gives up on some malformed markup
         pass
     heading = _heading(page.h1) or _heading(page.title)
-    detail = _clean(page.detail)
+    detail = _detail(page)
     if heading and detail and not detail.startswith(heading) and heading not in detail:
         message = f"{heading}: {detail}"
     else:
@@ -110,6 +178,40 @@ def _heading(text: str) -> str:
     return "" if heading.lower() in GENERIC_HEADINGS else heading
 
 
+def _detail(page: _PageText) -> str:
+    """The first paragraph (with the block after it when it ends in a colon, as Bottle's
+    "… caused an error:" before its `<pre>`), else the text standing right after the
+    heading (HAProxy's pages have no paragraph)."""
+    if not page.blocks:
+        loose = _STATUS_PREFIX.sub("", _clean(page.loose))
+        return "" if says_only_status(loose) else loose
+    blocks = [_block(tag, text) for tag, text in page.blocks]
+    index = next((i for i, b in enumerate(blocks) if b and not says_only_status(b)), None)
+    if index is None:
+        return ""
+    detail = blocks[index]
+    lead_in = page.blocks[index][1].rstrip().endswith(":")
+    if lead_in and index + 1 < len(blocks) and blocks[index + 1]:
+        detail = f"{detail}: {blocks[index + 1]}"
+    return str(_STATUS_PREFIX.sub("", detail))
+
+
+def _block(tag: str, text: str) -> str:
+    """A `<pre>`'s first line (a traceback may follow), a paragraph's lines joined as
+    sentences (its `<br>`s and nested paragraphs: Apache's "Reason: …")."""
+    if tag == "pre":
+        return _clean(text)
+    lines = [_clean(line) for line in text.split("\n")]
+    joined = ""
+    for line in (line for line in lines if line):
+        if joined:
+            joined += " " if joined.endswith(_SENTENCE_END) else ". "
+        joined += line
+        if len(joined) > DETAIL_LIMIT:
+            break
+    return joined if len(joined) <= DETAIL_LIMIT else joined[: DETAIL_LIMIT - 1] + "…"
+
+
 def _clean(text: str) -> str:
     # The first line only, bounded before any regex runs: a 16 KiB line of one token must
     # not cost the event loop more than a short one does.
@@ -119,21 +221,31 @@ def _clean(text: str) -> str:
 
 
 class _PageText(HTMLParser):
-    """Collects the title, the first h1, and the first p or pre (whichever comes first)."""
+    """Collects the title, the first h1, the first two p or pre blocks, and the text that
+    stands directly in the body (outside any element but the body)."""
+
+    MAX_BLOCKS = 2
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.title = ""
         self.h1 = ""
-        self.detail = ""
+        self.blocks: list[tuple[str, str]] = []
+        self.loose = ""
         self._skip = 0
         self._open: str | None = None  # the element being collected
         self._buffer: list[str] = []
+        self._depth: int | None = None  # elements open inside <body>; None before it
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "body":
+            self._depth = 0
+            return
+        if self._depth is not None and tag not in VOID:
+            self._depth += 1
         if tag in SKIPPED:
             self._skip += 1
-        elif self._open is not None and tag in BREAKS:
+        elif self._open is not None and (tag in BREAKS or (tag == "p" and self._open == "p")):
             self._buffer.append("\n")
         elif self._open is None and self._wanted(tag):
             self._open, self._buffer = tag, []
@@ -143,6 +255,8 @@ class _PageText(HTMLParser):
             self._buffer.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
+        if self._depth is not None and tag not in VOID and tag != "body":
+            self._depth = max(0, self._depth - 1)
         if tag in SKIPPED:
             self._skip = max(0, self._skip - 1)
         elif tag == self._open:
@@ -150,14 +264,22 @@ class _PageText(HTMLParser):
             self._open = None
 
     def handle_data(self, data: str) -> None:
-        if self._open is not None and not self._skip:
+        if self._skip:
+            return
+        if self._open is not None:
             text = data if self._open == "pre" else data.replace("\n", " ")
             self._buffer.append(text)
+        elif self._depth == 0 and not self.loose.strip() and data.strip():
+            self.loose = data.strip()
 
     @property
     def complete(self) -> bool:
-        """Everything a message needs has been seen: a detail, and an h1 or a title."""
-        return bool(self.detail and (self.h1 or self.title))
+        """Everything a message needs has been seen: a detail (and the block after a detail
+        that ends in a colon), and an h1 or a title."""
+        if not self.blocks or not (self.h1 or self.title):
+            return False
+        first = self.blocks[0][1].rstrip()
+        return len(self.blocks) == self.MAX_BLOCKS or not first.endswith(":")
 
     def close(self) -> None:
         super().close()
@@ -169,7 +291,7 @@ class _PageText(HTMLParser):
             return not self.title
         if tag == "h1":
             return not self.h1
-        return tag in ("p", "pre") and not self.detail
+        return tag in ("p", "pre") and len(self.blocks) < self.MAX_BLOCKS
 
     def _store(self, tag: str, text: str) -> None:
         if not text.strip():
@@ -179,7 +301,16 @@ class _PageText(HTMLParser):
         elif tag == "h1":
             self.h1 = text
         else:
-            self.detail = text
+            self.blocks.append((tag, text))
 
 
-__all__ = ["html_message", "looks_like_html", "looks_like_plain_text", "scrub", "text_message"]
+__all__ = [
+    "html_message",
+    "looks_like_html",
+    "looks_like_plain_text",
+    "looks_like_xml",
+    "says_only_status",
+    "scrub",
+    "text_message",
+    "xml_message",
+]

@@ -17,7 +17,10 @@ from gateway.classify.html_message import (
     html_message,
     looks_like_html,
     looks_like_plain_text,
+    looks_like_xml,
+    says_only_status,
     text_message,
+    xml_message,
 )
 from gateway.classify.observation import Observation
 from gateway.classify.retry_hints import hinted_delay_ms, parse_duration_ms, parse_retry_after
@@ -75,23 +78,34 @@ def build_failure(
 
 
 def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> str:
-    """The upstream's own message at the first configured JSON path holding a string.
+    """The upstream's own message at the first configured JSON path holding a string that
+    says more than a status ("Conflict", "409 Conflict" are passed over for a later path's
+    words, and kept only when no path has any: docs/rules.md#message_paths-and-extra_message_paths).
 
     A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". An
-    HTML error page gives its heading and first paragraph (`html_message`), a plain-text
-    body its first line (`text_message`).
+    HTML error page gives its heading and first paragraph (`html_message`), an XML error
+    document its `<Message>` (`xml_message`), a plain-text body its first line past any
+    banner (`text_message`).
     """
     body = obs.json
     if isinstance(body, dict | list):
+        phrase: str | None = None
         for path in message_paths:
             found = _message_at(path, body)
-            if found:
+            if found and not says_only_status(found):
                 return found
+            phrase = phrase or found
+        if phrase:
+            return phrase
     text = obs.text
     if text and body is None and looks_like_html(obs.content_type, text):
         page = html_message(text)
         if page:
             return page
+    if text and body is None and obs.tool is None and looks_like_xml(obs.content_type, text):
+        found_xml = xml_message(text)
+        if found_xml:
+            return found_xml
     if obs.tool is not None and obs.jsonrpc_code is None and obs.text and obs.text.strip():
         return obs.text  # an MCP tool error: its text items are the server's own message
     http_text = body is None and obs.status is not None and obs.tool is None

@@ -201,11 +201,18 @@ MAX_WORKERS = 1024
 DEFAULT_MESSAGE_PATHS = (
     "error.message",
     "message",
+    "Message",
     "detail",
+    "description",
     "error_description",
-    "title",
+    "errors[*].message",
+    "errors[*].detail",
     "error",
+    "title",
 )
+"""Where the common error shapes keep their words, most specific first: `Message` (AWS
+JSON), `description` (Falcon), `errors[*]` (GraphQL, JSON:API, the OCI registry), a string
+`error` before a `title` (Datasette) (docs/rules.md#message_paths-and-extra_message_paths)."""
 
 
 def _network(value: str) -> str:

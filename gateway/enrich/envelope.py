@@ -26,8 +26,13 @@ from gateway.text.json_text import Raw, as_raw, dump
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
-PAGE_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/plain"})
-"""Bodies a JSON client cannot use: enveloped for it when its route says so."""
+PAGE_TYPES = frozenset(
+    {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
+)
+"""Bodies a JSON client cannot use: enveloped for it when its route says so. Also any
+`+xml` type, and text sent untyped or as `application/octet-stream` (nginx's default type)."""
+UNTYPED = frozenset({"", "application/octet-stream"})
+TEXT_PROBE_BYTES = 1024
 KEEP_ALL = MetaOriginalSpec()
 
 
@@ -91,7 +96,7 @@ def render(
     merged = additive(facts.body, facts.content_type, failure, recovery, facts.request_id)
     if merged is not None:
         return Rendering(headers, merged, None)
-    if facts.json_clients and is_page(facts.content_type):
+    if facts.json_clients and is_page(facts.content_type, facts.body):
         headers.append(("Vary", "Accept"))  # a cache must not give one client's answer to the other
         if facts.prefers_json:
             body = dump(envelope(failure, recovery, facts, redactor))
@@ -99,9 +104,26 @@ def render(
     return Rendering(headers)
 
 
-def is_page(content_type: str) -> bool:
-    """An HTML or plain-text body (the media type, parameters aside)."""
-    return content_type.partition(";")[0].strip().lower() in PAGE_TYPES
+def is_page(content_type: str, body: bytes | None = None) -> bool:
+    """An HTML, plain-text or XML body (the media type, parameters aside), or a text body
+    whose type says nothing (none, or `application/octet-stream`)."""
+    media = content_type.partition(";")[0].strip().lower()
+    if media in PAGE_TYPES or media.endswith("+xml"):
+        return True
+    return media in UNTYPED and bool(body) and _reads_as_text(body or b"")
+
+
+def _reads_as_text(body: bytes) -> bool:
+    """UTF-8 with no control characters but line breaks and tabs (a cut character at the
+    probe's end aside)."""
+    head = body[:TEXT_PROBE_BYTES]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:
+            return False
+        text = head[: exc.start].decode("utf-8")
+    return not any((c < " " and c not in "\t\r\n") or c == "\x7f" for c in text)
 
 
 def advisory_headers(

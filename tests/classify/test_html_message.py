@@ -93,6 +93,29 @@ TOMCAT_500 = """<!doctype html><html lang="en"><head><title>HTTP Status 500 &nda
 Internal Server Error</title><style type="text/css">body {font-family:Tahoma;}</style></head>\
 <body><h1>HTTP Status 500 &ndash; Internal Server Error</h1><hr class="line" /><p><b>Type</b> \
 Exception Report</p></body></html>"""
+# Pages whose words are not in the first <p> (docs/rules.md#errormessage): HAProxy's text
+# stands in the body after the banner, Bottle's <p> leads in to a <pre>, Apache's reason is a
+# paragraph nested in the first, Tornado's text is the body itself.
+HAPROXY_503 = (
+    "<html><body><h1>503 Service Unavailable</h1>\n"
+    "No server is available to handle this request.\n</body></html>\n"
+)
+BOTTLE_400 = """<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN"><html><head>
+<title>Error: 400 Bad Request</title><style type="text/css">pre {padding: 5px;}</style>
+</head><body><h1>Error: 400 Bad Request</h1>
+<p>Sorry, the requested URL <tt>&#039;http://127.0.0.1:8080/items&#039;</tt>
+   caused an error:</p>
+<pre>A JSON object with a &#039;name&#039; is required</pre>
+</body></html>"""
+APACHE_502 = """<!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.01//EN">
+<html><head>\n<title>502 Proxy Error</title>\n</head><body>\n<h1>Proxy Error</h1>
+<p>The proxy server received an invalid\r\nresponse from an upstream server.<br />\r
+The proxy server could not handle the request<p>Reason: <strong>Error reading from remote \
+server</strong></p></p>\n</body></html>\n"""
+TORNADO_409 = (
+    "<html><title>409: Item is being edited by someone else</title>"
+    "<body>409: Item is being edited by someone else</body></html>"
+)
 
 PAGES = {
     "flask-abort": (FLASK_ABORT, "Bad Request: Quantity must be a positive integer & <= 10"),
@@ -108,6 +131,22 @@ PAGES = {
     "express-404": (EXPRESS_404, "Cannot POST /v1/orders"),
     "nginx-502": (NGINX_502, "Bad Gateway"),
     "tomcat-500": (TOMCAT_500, "Internal Server Error: Type Exception Report"),
+    "haproxy-503": (
+        HAPROXY_503,
+        "Service Unavailable: No server is available to handle this request.",
+    ),
+    "bottle-400": (
+        BOTTLE_400,
+        "Error: 400 Bad Request: Sorry, the requested URL 'http://127.0.0.1:8080/items' caused "
+        "an error: A JSON object with a 'name' is required",
+    ),
+    "apache-502": (
+        APACHE_502,
+        "Proxy Error: The proxy server received an invalid response from an upstream server. "
+        "The proxy server could not handle the request. Reason: Error reading from remote "
+        "server",
+    ),
+    "tornado-409": (TORNADO_409, "Item is being edited by someone else"),
 }
 LEAKS = ("secret", "/home/", "/srv/", "site-packages", "node_modules", ".py", ".js", "Traceback")
 
@@ -246,7 +285,15 @@ def test_django_debug_page() -> None:
         ("text/plain", 'Boom\nTraceback (most recent call last):\n  File "/a/b.py"', "Boom"),
         ("text/plain", "Error: ENOENT at /srv/app/server.js:10:3", "Error: ENOENT"),
         ("", '{"not": "parsed"', "Bad Request"),  # broken JSON is not a message
-        ("application/octet-stream", "binary-ish", "Bad Request"),
+        ("application/octet-stream", "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "Bad Request"),
+        # nginx's default type, so its `return 503 "..."` text (docs/rules.md#errormessage)
+        ("application/octet-stream", "Down for maintenance\n", "Down for maintenance"),
+        (
+            "text/plain",
+            "⚠️ 503 — Service Unavailable\n\nDown for maintenance",
+            "Down for maintenance",
+        ),
+        ("text/plain", "503 Service Unavailable", "503 Service Unavailable"),
     ],
     ids=[
         "express-send",
@@ -256,6 +303,9 @@ def test_django_debug_page() -> None:
         "node-frame",
         "broken-json",
         "binary",
+        "octet-stream-text",
+        "banner-then-text",
+        "banner-only",
     ],
 )
 def test_a_plain_text_body_gives_its_first_line(

@@ -200,6 +200,59 @@ async def test_text_and_json_errors(
     assert (through.status, through.body) == (direct.status, direct.body)
 
 
+S3_404 = (
+    '<?xml version="1.0" encoding="utf-8"?>\n<Error><Code>NoSuchKey</Code>'
+    "<Message>The specified key does not exist.</Message><Key>missing.txt</Key></Error>"
+)
+
+
+async def test_xml_and_untyped_text_errors(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    """An XML error document (S3's, as application/xml and as text/xml) and a text body sent
+    as application/octet-stream (nginx's default type for its `return 503 "…"`) are enveloped
+    for a JSON client with their words in error.message; a binary body is not, and an SDK
+    that asks for XML keeps the document (docs/configuration.md#json-for-json-clients)."""
+
+    async def s3(request: web.Request) -> web.Response:
+        return web.Response(status=404, body=S3_404.encode(), content_type="application/xml")
+
+    async def s3_text_xml(request: web.Request) -> web.Response:
+        return web.Response(status=404, body=S3_404.encode(), content_type="text/xml")
+
+    async def maintenance(request: web.Request) -> web.Response:
+        body = b"Down for maintenance until 06:00 UTC\n"
+        return web.Response(status=503, body=body, content_type="application/octet-stream")
+
+    async def binary(request: web.Request) -> web.Response:
+        body = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x01"
+        return web.Response(status=500, body=body, content_type="application/octet-stream")
+
+    app = web.Application()
+    app.router.add_get("/s3", s3)
+    app.router.add_get("/s3-text-xml", s3_text_xml)
+    app.router.add_get("/maintenance", maintenance)
+    app.router.add_get("/binary", binary)
+    upstream = await start_upstream(app)
+    gateway = await start_gateway(route_config(upstream))
+
+    for path in ("/s3", "/s3-text-xml"):
+        for client in sorted(CLIENTS):
+            direct, through = await both(upstream, gateway, path, "application/json", client)
+            envelope = assert_envelope_for(direct, through, "NOT_FOUND")
+            assert envelope["error"]["message"] == "The specified key does not exist."  # type: ignore[index]
+        direct, through = await both(upstream, gateway, path, "application/xml", "httpx")
+        assert_original_bytes(direct, through)
+
+    direct, through = await both(upstream, gateway, "/maintenance", "application/json", "curl")
+    envelope = assert_envelope_for(direct, through, "SERVICE_UNAVAILABLE")
+    assert envelope["error"]["message"] == "Down for maintenance until 06:00 UTC"  # type: ignore[index]
+
+    direct, through = await both(upstream, gateway, "/binary", "application/json", "httpx")
+    assert (through.status, through.body) == (direct.status, direct.body)
+    assert through.content_type == direct.content_type
+
+
 @pytest.mark.parametrize("accept", ["application/json", FIREFOX], ids=["json", "browser"])
 async def test_explain_answers_as_the_gateway_does(
     flask_app: FrameworkApp, start_gateway: StartGateway, accept: str
