@@ -167,7 +167,9 @@ async def run_scenarios(
             direct = await send(session, upstream, sent)
             again = await send(session, upstream, sent) if not scenario_fails(scenario) else None
             through = await send(session, gateway, sent)
-            outcomes.append(judge(stack.name, scenario, direct, through, again))
+            outcome = judge(stack.name, scenario, direct, through, again)
+            outcome.held_out = stack.held_out
+            outcomes.append(outcome)
             recorded.append(
                 {"id": scenario.id, "request": sent.to_json(), "answer": direct.to_json()}
             )

@@ -79,6 +79,8 @@ class Outcome:
     identical: bool | None = None
     reported_as_success: bool = False
     problems: list[str] = field(default_factory=list)
+    held_out: bool = False
+    """The stack is one of the held-out set (docs/packs/corpus.md#held-out-stacks)."""
 
     @property
     def failure(self) -> bool:
@@ -120,4 +122,5 @@ class Outcome:
             "code": self.reading.code if self.reading else None,
             "reason": self.reason,
             "problems": self.problems,
+            "held_out": self.held_out,
         }

@@ -154,7 +154,9 @@ async def replay_http(stacks: list[HttpStack]) -> tuple[list[Outcome], dict[str,
                         item.sent.body,
                     )
                     through = await send(session, gateway, tagged)
-                    outcomes.append(judge(stack.name, scenario, item.answer, through))
+                    outcome = judge(stack.name, scenario, item.answer, through)
+                    outcome.held_out = stack.held_out
+                    outcomes.append(outcome)
     return outcomes, missing
 
 

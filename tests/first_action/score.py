@@ -66,6 +66,11 @@ class Report:
     def suite(self, suite: Suite) -> list[Outcome]:
         return [o for o in self.outcomes if o.suite == suite]
 
+    def part(self, suite: Suite, held_out: bool) -> list[Outcome]:
+        """The tuned stacks' outcomes, or the held-out ones'
+        (docs/packs/corpus.md#held-out-stacks)."""
+        return [o for o in self.suite(suite) if o.held_out is held_out]
+
     def stacks(self, suite: Suite) -> dict[str, list[Outcome]]:
         grouped: dict[str, list[Outcome]] = defaultdict(list)
         for outcome in self.suite(suite):
@@ -78,6 +83,8 @@ class Report:
             stacks = self.stacks(suite)
             out[suite] = {
                 "overall": {t: tally(self.suite(suite), t).to_json() for t in TESTS},
+                "tuned": {t: tally(self.part(suite, False), t).to_json() for t in TESTS},
+                "held_out": {t: tally(self.part(suite, True), t).to_json() for t in TESTS},
                 "stacks": {
                     name: {t: tally(items, t).to_json() for t in TESTS}
                     for name, items in stacks.items()
@@ -102,6 +109,10 @@ class Report:
             for name, items in stacks.items():
                 lines.append(_row(name, items))
             lines.append(_row("OVERALL", outcomes))
+            held_out = self.part(suite, True)
+            if held_out:
+                lines.append(_row("  tuned stacks", self.part(suite, False)))
+                lines.append(_row("  held-out stacks", held_out))
             for name, why in failed.items():
                 lines.append(f"  did not start: {name}: {why[:300]}")
             lines.extend(_misses(outcomes))
