@@ -80,7 +80,8 @@ def build_failure(
 def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> str:
     """The upstream's own message at the first configured JSON path holding a string that
     says more than a status ("Conflict", "409 Conflict" are passed over for a later path's
-    words, and kept only when no path has any: docs/rules.md#message_paths-and-extra_message_paths).
+    words, and kept only when no path has any:
+    docs/rules.md#message_paths-and-extra_message_paths-config).
 
     A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". An
     HTML error page gives its heading and first paragraph (`html_message`), an XML error

@@ -212,7 +212,8 @@ DEFAULT_MESSAGE_PATHS = (
 )
 """Where the common error shapes keep their words, most specific first: `Message` (AWS
 JSON), `description` (Falcon), `errors[*]` (GraphQL, JSON:API, the OCI registry), a string
-`error` before a `title` (Datasette) (docs/rules.md#message_paths-and-extra_message_paths)."""
+`error` before a `title` (Datasette):
+docs/rules.md#message_paths-and-extra_message_paths-config."""
 
 
 def _network(value: str) -> str:

@@ -24,6 +24,8 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from gateway.config.loader import embedded_config
+from gateway.serve.app import GatewayServer
 from tests.first_action.environment import MENDPOINT, run_base
 from tests.first_action.http_live import SCENARIO_HEADER, Sent, client, judge, send
 from tests.first_action.mcp_client import INITIALIZED, StdioPeer
@@ -31,6 +33,7 @@ from tests.first_action.mcp_live import FIRST_CALL_ID
 from tests.first_action.mcp_live import judge as judge_call
 from tests.first_action.model import (
     RECORDED,
+    HttpScenario,
     HttpStack,
     McpServer,
     load_http_stacks,
@@ -41,6 +44,7 @@ from tests.first_action.processes import free_port, group
 from tests.first_action.score import Report
 
 HERE = Path(__file__).resolve().parent
+HTTP_AT_ONCE = 8  # recorded answers do not depend on each other: a few in flight at once
 FRAMING = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
@@ -119,7 +123,36 @@ async def replay_server(answers: dict[str, Answer]) -> AsyncIterator[str]:
         await server.wait_closed()
 
 
-async def replay_http(stacks: list[HttpStack]) -> tuple[list[Outcome], dict[str, str]]:
+@contextlib.asynccontextmanager
+async def gateway_process(upstream: str) -> AsyncIterator[str]:
+    """`mendpoint serve --upstream URL` as a new user runs it: the embedded default."""
+    base = run_base("replay", "http")
+    async with group(base) as running:
+        port = free_port()
+        argv = [str(MENDPOINT), "serve", "--upstream", upstream]
+        argv += ["--listen", f"127.0.0.1:{port}", "--admin", "off"]
+        await running.start("gateway", argv, port=port, env={"MENDPOINT_LOG_LEVEL": "warning"})
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.asynccontextmanager
+async def gateway_in_process(upstream: str) -> AsyncIterator[str]:
+    """The same server `serve --upstream URL` runs (`GatewayServer` on `embedded_config`),
+    in this event loop: no process start, so the replay takes seconds
+    (tests/first_action/test_thresholds.py)."""
+    server = GatewayServer(embedded_config(upstream, "127.0.0.1:0"))
+    host, port = await server.start("127.0.0.1:0", None)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await server.stop()
+
+
+async def replay_http(
+    stacks: list[HttpStack], in_process: bool = False
+) -> tuple[list[Outcome], dict[str, str]]:
+    """Every recorded HTTP scenario through a gateway on the embedded default: a
+    `mendpoint serve` process (as `make corpus-replay` runs it), or `in_process`."""
     recorded: dict[str, dict[str, Recorded]] = {}
     missing = {}
     for stack in stacks:
@@ -133,30 +166,34 @@ async def replay_http(stacks: list[HttpStack]) -> tuple[list[Outcome], dict[str,
         for name, items in recorded.items()
         for sid, item in items.items()
     }
-    outcomes: list[Outcome] = []
-    base = run_base("replay", "http")
-    async with replay_server(answers) as upstream, group(base) as running:
-        port = free_port()
-        argv = [str(MENDPOINT), "serve", "--upstream", upstream]
-        argv += ["--listen", f"127.0.0.1:{port}", "--admin", "off"]
-        await running.start("gateway", argv, port=port, env={"MENDPOINT_LOG_LEVEL": "warning"})
-        gateway = f"http://127.0.0.1:{port}"
-        async with client() as session:
-            for stack in stacks:
-                for scenario in stack.scenarios:
-                    item = recorded.get(stack.name, {}).get(scenario.id)
-                    if item is None:
-                        continue
-                    tagged = Sent(
-                        item.sent.method,
-                        item.sent.path,
-                        (*item.sent.headers, (SCENARIO_HEADER, f"{stack.name}/{scenario.id}")),
-                        item.sent.body,
-                    )
-                    through = await send(session, gateway, tagged)
-                    outcome = judge(stack.name, scenario, item.answer, through)
-                    outcome.held_out = stack.held_out
-                    outcomes.append(outcome)
+    start_gateway = gateway_in_process if in_process else gateway_process
+    slots = asyncio.Semaphore(HTTP_AT_ONCE)
+
+    async def one(stack: HttpStack, scenario: HttpScenario, item: Recorded) -> Outcome:
+        tagged = Sent(
+            item.sent.method,
+            item.sent.path,
+            (*item.sent.headers, (SCENARIO_HEADER, f"{stack.name}/{scenario.id}")),
+            item.sent.body,
+        )
+        async with slots:
+            through = await send(session, gateway, tagged)
+        outcome = judge(stack.name, scenario, item.answer, through)
+        outcome.held_out = stack.held_out
+        return outcome
+
+    async with (
+        replay_server(answers) as upstream,
+        start_gateway(upstream) as gateway,
+        client() as session,
+    ):
+        runs = [
+            one(stack, scenario, recorded[stack.name][scenario.id])
+            for stack in stacks
+            for scenario in stack.scenarios
+            if scenario.id in recorded.get(stack.name, {})
+        ]
+        outcomes = list(await asyncio.gather(*runs))
     return outcomes, missing
 
 

@@ -15,7 +15,7 @@ from connexion.resolver import Resolver
 ITEMS = {1: {"id": 1, "name": "apple", "qty": 3}}
 ETAG = '"v1"'
 
-SPEC = {
+OPENAPI = {
     "openapi": "3.0.3",
     "info": {"title": "items", "version": "1"},
     "components": {
@@ -135,7 +135,9 @@ HANDLERS = (list_items, read_item, create_item, update_item, secure, check_key)
 FUNCTIONS = {f.__name__: f for f in HANDLERS}
 
 app = connexion.AsyncApp(__name__)
-app.add_api(SPEC, resolver=Resolver(function_resolver=lambda op: FUNCTIONS[op.rsplit(".", 1)[-1]]))
+app.add_api(
+    OPENAPI, resolver=Resolver(function_resolver=lambda op: FUNCTIONS[op.rsplit(".", 1)[-1]])
+)
 
 if __name__ == "__main__":
     import uvicorn
