@@ -216,6 +216,24 @@ def test_no_two_modules_share_a_file_name() -> None:
     assert {n: m for n, m in names.items() if len(m) > 1} == {}
 
 
+UPSTREAM_BOUNDARY = "gateway.proxy.upstream"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_transport_faults_become_values_in_one_package(path: Path) -> None:
+    """Past gateway/proxy/upstream/ a transport fault is a `TransportKind` (the call's result,
+    a capped read's, or `UpstreamResponse.fault` after `chunks()`), never an exception to
+    catch again: only that package names the exceptions or maps them."""
+    if module_name(path).startswith(UPSTREAM_BOUNDARY):
+        return
+    names = {
+        node.id if isinstance(node, ast.Name) else node.attr
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Name | ast.Attribute)
+    }
+    assert not names & {"UPSTREAM_ERRORS", "transport_kind"}, "use the upstream package's values"
+
+
 def test_every_package_is_a_band() -> None:
     """A new package gets its band in LAYERS, on purpose, rather than its parent's by accident."""
     packages = {module_name(p.parent / "__init__.py") for p in MODULES if p.name == "__init__.py"}

@@ -47,7 +47,7 @@ from gateway.proxy.http_failure import answer_transport_failure
 from gateway.proxy.own_answers import refuse
 from gateway.proxy.relay import relay
 from gateway.proxy.rewritten_headers import drop_body_bound
-from gateway.proxy.upstream.call import UPSTREAM_ERRORS, call_upstream, transport_kind
+from gateway.proxy.upstream.call import call_upstream
 from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.text.capped_read import read_capped
 
@@ -151,10 +151,10 @@ async def _answer_json(
     upgrader: Upgrader,
 ) -> web.StreamResponse:
     cap = ctx.state.config.mcp.max_message_bytes
-    try:
-        raw, whole = await read_capped(upstream.content, cap)
-    except UPSTREAM_ERRORS as exc:
-        return await answer_transport_failure(ctx, transport_kind(exc))
+    read = await upstream.read_capped(cap)
+    if isinstance(read, TransportKind):
+        return await answer_transport_failure(ctx, read)
+    raw, whole = read.data, read.whole
     if not whole:
         return await relay(request, upstream, headers, raw)
     new, extra = await rewrite_payload(raw, tracker, upgrader, HttpCallSite(ctx))
@@ -172,10 +172,10 @@ async def _answer_metadata(
     headers: CIMultiDict[str],
 ) -> web.StreamResponse:
     """Protected-resource metadata with its `resource` made public (`mcp/oauth.py`)."""
-    try:
-        raw, whole = await read_capped(upstream.content, oauth.MAX_METADATA_BYTES)
-    except UPSTREAM_ERRORS as exc:
-        return await answer_transport_failure(ctx, transport_kind(exc))
+    read = await upstream.read_capped(oauth.MAX_METADATA_BYTES)
+    if isinstance(read, TransportKind):
+        return await answer_transport_failure(ctx, read)
+    raw, whole = read.data, read.whole
     new = oauth.rewrite_metadata(raw, ctx.route) if whole else None
     if new is None:
         return await relay(request, upstream, headers, raw, complete=whole)
@@ -201,13 +201,14 @@ async def _relay_stream(
 
     try:
         await relay_events(
-            upstream.content.iter_any(),
-            response.write,
-            rewrite,
-            ctx.state.config.mcp.max_message_bytes,
+            upstream.chunks(), response.write, rewrite, ctx.state.config.mcp.max_message_bytes
         )
-    except UPSTREAM_ERRORS as exc:
-        log.info("MCP event stream from upstream ended early (%s)", type(exc).__name__)
+    except ConnectionError:  # the client left: no one's failure, as for any answer
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+    if upstream.fault is not None:
+        log.info("MCP event stream from upstream ended early (%s)", upstream.fault.value)
         if request.transport is not None:
             request.transport.abort()
         return response

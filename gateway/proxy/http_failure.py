@@ -7,8 +7,6 @@ bytes: the gateway never makes a response worse than no gateway.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -23,10 +21,8 @@ from gateway.proxy.context import RequestContext, echo_request_id
 from gateway.proxy.headers import client_response_headers
 from gateway.proxy.relay import RewrittenResponse, relay
 from gateway.proxy.rewritten_headers import drop_body_bound
-from gateway.proxy.upstream.call import UPSTREAM_ERRORS, transport_kind
 from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.telemetry.metrics import FallbackReason
-from gateway.text.capped_read import read_capped
 
 log = logging.getLogger("mendpoint.proxy")
 
@@ -47,11 +43,10 @@ async def answer_upstream_failure(
     elif upstream.content_length is None or upstream.content_length <= cap:
         # Small error bodies usually arrive with the head: then nothing waits, and no timer.
         deadline = None if upstream.content.is_eof() else ctx.deadline
-        try:
-            async with asyncio.timeout_at(deadline.when) if deadline else contextlib.nullcontext():
-                prefix, complete = await read_capped(upstream.content, cap)
-        except UPSTREAM_ERRORS as exc:
-            return await answer_transport_failure(ctx, transport_kind(exc))
+        read = await upstream.read_capped(cap, deadline.when if deadline else None)
+        if isinstance(read, TransportKind):
+            return await answer_transport_failure(ctx, read)
+        prefix, complete = read.data, read.whole
     matched, mode, lost = matchable(
         ctx.request.method,
         upstream.status,

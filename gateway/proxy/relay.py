@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 
-from aiohttp import HttpVersion11, StreamReader, hdrs, web
+from aiohttp import HttpVersion11, hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.fence.aiohttp_private import OneWriteResponse, RelayResponse
 from gateway.proxy.headers import client_response_headers
-from gateway.proxy.upstream.call import UPSTREAM_ERRORS
 from gateway.proxy.upstream.exchange import UpstreamResponse
 
 log = logging.getLogger("mendpoint.proxy")
@@ -67,11 +65,15 @@ async def relay(
     try:
         if already_read:
             await response.write(already_read)
-        async for chunk in _chunks(upstream.content):
+        async for chunk in upstream.chunks():
             await response.write(chunk)
-    except UPSTREAM_ERRORS as exc:
+    except ConnectionError:  # the client left: no one's failure, as for any answer
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+    if upstream.fault is not None:
         log.warning(
-            "upstream failed mid-body (%s); aborting the client connection", type(exc).__name__
+            "upstream failed mid-body (%s); aborting the client connection", upstream.fault.value
         )
         if request.transport is not None:
             request.transport.abort()
@@ -120,18 +122,3 @@ async def relay_interim(
     head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
     await request.writer.write(head.encode("latin-1", "replace") + b"\r\n")
     request.writer.output_size = 0
-
-
-async def _chunks(content: StreamReader) -> AsyncIterator[bytes]:
-    """Each buffered chunk as received, without joining the buffer (as `iter_any` does).
-
-    Not `iter_chunks()`: aiohttp's shared empty payload (HEAD, 204, 304, bodiless answers)
-    ends that iterator only the first time it is used in a process and then yields
-    `(b"", True)` forever, a busy loop. End of body is asked of the stream instead.
-    """
-    while True:
-        chunk, _ = await content.readchunk()
-        if chunk:
-            yield chunk
-        elif content.at_eof():
-            return

@@ -5,12 +5,9 @@ transport fault is a value, not an exception.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import ssl
 import time
 
-import aiohttp
 from aiohttp import hdrs
 
 from gateway.config.trust import unmapped_peer
@@ -22,34 +19,12 @@ from gateway.proxy.shares import PoolFull
 from gateway.proxy.state import UPSTREAM
 from gateway.proxy.upstream.deadline import ResponseDeadline
 from gateway.proxy.upstream.exchange import UpstreamResponse
-from gateway.proxy.upstream.links import Interim, UpstreamFault
+from gateway.proxy.upstream.links import UPSTREAM_ERRORS, Interim, transport_kind
 from gateway.telemetry.logs import Throttled
 from gateway.telemetry.metrics import count_pool_refusal, observe_upstream
 
 log = logging.getLogger("mendpoint.upstream")
 POOL_WARNINGS = Throttled(log)
-
-
-def transport_kind(exc: BaseException) -> TransportKind:
-    """Classify an upstream client exception into a `TransportKind`.
-
-    Faults before anything was sent (DNS, connect, TLS) and unparseable answers arrive as
-    `UpstreamFault` with their kind; the rest come from aiohttp's protocol and streams once
-    the connection was open, so the upstream may have acted on the request.
-    """
-    if isinstance(exc, UpstreamFault):
-        return exc.kind
-    if isinstance(exc, aiohttp.SocketTimeoutError | asyncio.TimeoutError | TimeoutError):
-        return TransportKind.READ_TIMEOUT
-    if isinstance(exc, ssl.SSLError) or isinstance(exc.__cause__, ssl.SSLError):
-        # A TLS alert after the handshake: with TLS 1.3 a server refuses a client certificate
-        # only once the client has finished, so the refusal arrives as the first read.
-        log.warning("TLS with an upstream failed after the handshake: %s", exc.__cause__ or exc)
-        return TransportKind.TLS
-    return TransportKind.RESET
-
-
-UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 async def call_upstream(

@@ -12,9 +12,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
@@ -35,11 +37,14 @@ from gateway.proxy.body import RequestBody
 from gateway.proxy.upstream.deadline import ResponseDeadline, expire
 from gateway.proxy.upstream.links import (
     CONNECTION_LOST,
+    UPSTREAM_ERRORS,
     Link,
     Origin,
     UpstreamFault,
     keep_alive_limit,
+    transport_kind,
 )
+from gateway.text.capped_read import read_capped
 
 log = logging.getLogger("mendpoint.upstream")
 
@@ -58,6 +63,14 @@ EMPTY_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 Body = bytes | RequestBody | AsyncIterable[bytes] | None
 
 
+@dataclass(frozen=True, slots=True)
+class CappedBody:
+    """What a capped read of a body got: its first bytes, and whether that was all of it."""
+
+    data: bytes
+    whole: bool
+
+
 class LinkOwner(Protocol):
     """The pool a response returns its connection to."""
 
@@ -71,7 +84,7 @@ class LinkOwner(Protocol):
 class UpstreamResponse:
     """An upstream answer whose body is read from `content` as it arrives."""
 
-    __slots__ = ("_conn", "_origin", "_pool", "content", "headers", "reason", "status")
+    __slots__ = ("_conn", "_origin", "_pool", "content", "fault", "headers", "reason", "status")
 
     def __init__(
         self,
@@ -90,11 +103,42 @@ class UpstreamResponse:
         self._pool = pool
         self._origin = origin
         self._conn: Link | None = conn
+        self.fault: TransportKind | None = None
+        """Why `chunks()` ended early, when the upstream failed mid-body."""
 
     @property
     def content_length(self) -> int | None:
         value = self.headers.get(hdrs.CONTENT_LENGTH)
         return int(value) if value is not None and value.isdigit() else None
+
+    async def read_capped(self, cap: int, until: float | None = None) -> CappedBody | TransportKind:
+        """Up to `cap` bytes of the body, by the loop time `until` when given; a transport
+        fault while reading (reset, read timeout, the deadline) is returned as its kind."""
+        try:
+            async with asyncio.timeout_at(until) if until is not None else contextlib.nullcontext():
+                data, whole = await read_capped(self.content, cap)
+        except UPSTREAM_ERRORS as exc:
+            return transport_kind(exc)
+        return CappedBody(data, whole)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Each buffered chunk of the body as received, without joining the buffer (as
+        `iter_any` does); a transport fault ends it early and is kept in `fault`.
+
+        Not `iter_chunks()`: aiohttp's shared empty payload (HEAD, 204, 304, bodiless answers)
+        ends that iterator only the first time it is used in a process and then yields
+        `(b"", True)` forever, a busy loop. End of body is asked of the stream instead.
+        """
+        content = self.content
+        try:
+            while True:
+                chunk, _ = await content.readchunk()
+                if chunk:
+                    yield chunk
+                elif content.at_eof():
+                    return
+        except UPSTREAM_ERRORS as exc:
+            self.fault = transport_kind(exc)
 
     def release(self) -> None:
         """Hand the connection back: pooled if the exchange ended cleanly, closed otherwise."""
@@ -320,6 +364,7 @@ async def _send_body(
 
 __all__ = [
     "BODYLESS_METHODS",
+    "CappedBody",
     "Exchange",
     "LinkOwner",
     "UpstreamResponse",

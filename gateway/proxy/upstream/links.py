@@ -196,8 +196,31 @@ def warn_tls(origin: Origin, problem: str) -> None:
     )
 
 
+def transport_kind(exc: BaseException) -> TransportKind:
+    """Classify an upstream client exception into a `TransportKind`.
+
+    Faults before anything was sent (DNS, connect, TLS) and unparseable answers arrive as
+    `UpstreamFault` with their kind; the rest come from aiohttp's protocol and streams once
+    the connection was open, so the upstream may have acted on the request.
+    """
+    if isinstance(exc, UpstreamFault):
+        return exc.kind
+    if isinstance(exc, aiohttp.SocketTimeoutError | asyncio.TimeoutError | TimeoutError):
+        return TransportKind.READ_TIMEOUT
+    if isinstance(exc, ssl.SSLError) or isinstance(exc.__cause__, ssl.SSLError):
+        # A TLS alert after the handshake: with TLS 1.3 a server refuses a client certificate
+        # only once the client has finished, so the refusal arrives as the first read.
+        log.warning("TLS with an upstream failed after the handshake: %s", exc.__cause__ or exc)
+        return TransportKind.TLS
+    return TransportKind.RESET
+
+
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
 __all__ = [
     "CONNECTION_LOST",
+    "UPSTREAM_ERRORS",
     "Dialer",
     "Interim",
     "Link",
@@ -206,4 +229,5 @@ __all__ = [
     "UpstreamProtocol",
     "keep_alive_limit",
     "peer_closed",
+    "transport_kind",
 ]
