@@ -9,12 +9,19 @@ DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 ADMIN ?= 127.0.0.1:8491
 
-.PHONY: run test test-slow test-uvloop soak lint typecheck check-all clean mcp-servers docs frameworks \
-	system-packages
+.PHONY: run test test-slow test-uvloop soak lint typecheck fmt shell check-all clean mcp-servers docs \
+	frameworks system-packages
 
-$(STAMP): pyproject.toml
+# `make run` needs the runtime alone (aiohttp, pydantic, pyyaml, regex, prometheus-client);
+# everything else installs the test extra on top.
+RUNTIME_STAMP := $(VENV)/.runtime-installed
+$(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): pyproject.toml $(RUNTIME_STAMP)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -27,7 +34,7 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-run: $(STAMP)
+run: $(RUNTIME_STAMP)
 	@$(BIN)/python examples/run_demo.py --demo-listen $(DEMO_LISTEN) --listen $(LISTEN) --admin $(ADMIN)
 
 lint: $(STAMP)
@@ -36,6 +43,17 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# Fixes what `make lint` checks (the same tools run on commit with pre-commit:
+# .pre-commit-config.yaml).
+fmt: $(STAMP)
+	$(BIN)/ruff check --fix gateway tests examples bench
+	$(BIN)/ruff format gateway tests examples bench
+
+# A shell with the venv first on PATH: `mendpoint ...` as the README writes it.
+shell: $(RUNTIME_STAMP)
+	@echo "$(VENV)/bin is first on PATH; exit to leave"
+	@PATH="$(CURDIR)/$(BIN):$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)" $${SHELL:-/bin/sh} -i
 
 # The real MCP peers the tests run (npm servers, the conformance suite, Node 22), pinned by
 # tests/mcp_servers/package-lock.json.

@@ -27,8 +27,11 @@ def main() -> int:
     parser.add_argument("--listen", default="127.0.0.1:8080")
     parser.add_argument("--admin", default=DEFAULT_ADMIN, help="HOST:PORT, or 'off'")
     args = parser.parse_args()
+    # The children get their own sessions: Ctrl-C reaches this launcher alone, which stops
+    # them in order and exits 0, instead of racing them to a half-printed exit status.
     demo = subprocess.Popen(
-        [sys.executable, str(ROOT / "examples" / "demo_api.py"), "--listen", args.demo_listen]
+        [sys.executable, str(ROOT / "examples" / "demo_api.py"), "--listen", args.demo_listen],
+        start_new_session=True,
     )
     gateway = subprocess.Popen(
         [
@@ -42,7 +45,8 @@ def main() -> int:
             args.listen,
             "--admin",
             args.admin,
-        ]
+        ],
+        start_new_session=True,
     )
     children = (demo, gateway)
     try:
@@ -58,6 +62,7 @@ def main() -> int:
     except KeyboardInterrupt:
         return 0
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot cut the stop short
         for child in children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -82,6 +87,16 @@ def wait_for_port(address: str, children: tuple[subprocess.Popen[bytes], ...]) -
     return False
 
 
+def mendpoint_command() -> str:
+    """How to call `mendpoint` from the repository: the venv's script (not on PATH unless the
+    venv is active; `make shell` opens a shell where it is)."""
+    script = Path(sys.executable).parent / "mendpoint"
+    try:
+        return str(script.relative_to(ROOT))
+    except ValueError:
+        return str(script)
+
+
 def print_try_lines(listen: str, admin: str | None) -> None:
     base = f"http://{listen}"
     lines = [
@@ -90,7 +105,7 @@ def print_try_lines(listen: str, admin: str | None) -> None:
         f"curl -i -X POST -H 'X-Error-Format: envelope' -d '{{}}' {base}/v1/orders",
     ]
     if admin is not None:
-        lines += [f"curl -s http://{admin}/metrics", f"mendpoint gaps --admin {admin}"]
+        lines += [f"curl -s http://{admin}/metrics", f"{mendpoint_command()} gaps --admin {admin}"]
     print(
         "\nMendpoint is running in front of the demo API (Ctrl-C stops both). Try:\n\n  "
         + "\n  ".join(lines)

@@ -4,12 +4,16 @@ monitoring stack already uses (docs/operations.md#admin-listener)."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+
+import pytest
 
 from gateway.config.models import DEFAULT_ADMIN, GatewayConfig
 from tests.support.gateway import free_port
@@ -87,3 +91,34 @@ def test_make_run_starts_the_admin_listener_where_asked() -> None:
             assert process.wait(timeout=20) == 0
         printed += process.stdout.read()
     assert f"mendpoint gaps --admin {admin}" in printed
+    command = next(
+        w for line in printed.splitlines() for w in line.split() if w.endswith("mendpoint")
+    )
+    assert (REPO / command).is_file(), f"the printed {command} does not exist"
+
+
+def test_ctrl_c_in_a_terminal_stops_everything_with_status_0() -> None:
+    """A terminal's Ctrl-C signals the whole foreground group: make, the launcher and (before)
+    the children, which raced the launcher to an exit status `make` reported as Error 1."""
+    demo, listen = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    argv = make_run_argv(DEMO_LISTEN=demo, LISTEN=listen, ADMIN="off")
+    with subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        assert process.stdout is not None
+        printed = ""
+        while "Ctrl-C" not in printed:
+            line = process.stdout.readline()
+            assert line, f"run_demo ended early: {printed}"
+            printed += line
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=20) == 0
+    for address in (demo, listen):
+        host, _, port = address.rpartition(":")
+        with pytest.raises(OSError):
+            socket.create_connection((host, int(port)), timeout=1).close()
