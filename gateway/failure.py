@@ -94,6 +94,10 @@ class Refusal(StrEnum):
     OVERLOADED = "overloaded"
     ROUTE_CONNECTIONS = "route_connections"
     UPSTREAM_CONNECTIONS = "upstream_connections"
+    SERVER_EXITED = "server_exited"
+    """`mendpoint stdio`: the server exited before answering; the relay ends with it."""
+    SESSION_SERVER_EXITED = "session_server_exited"
+    """The bridge: a session's server exited before answering; a new session starts anew."""
 
     @property
     def status(self) -> int:
@@ -114,6 +118,9 @@ _REFUSAL_STATUS = {
     Refusal.OVERLOADED: 503,
     Refusal.ROUTE_CONNECTIONS: 503,
     Refusal.UPSTREAM_CONNECTIONS: 503,
+    # Answered inside a JSON-RPC message, never as an HTTP status of their own.
+    Refusal.SERVER_EXITED: 502,
+    Refusal.SESSION_SERVER_EXITED: 502,
 }
 
 

@@ -60,6 +60,19 @@ def _pool_full(message: str) -> ErrorSpec:
     )
 
 
+def _server_exited(message: str, retryable: bool, fix: str | None) -> ErrorSpec:
+    """The request may have run before the server died: a call that is not safe to repeat
+    stays not retryable (`render_failure`'s side-effect check)."""
+    return ErrorSpec(
+        code="MCP_SERVER_EXITED",
+        category=Category.UNAVAILABLE,
+        message=message,
+        retryable=retryable,
+        retry_after_ms=0 if retryable else None,
+        fix_required=fix,
+    )
+
+
 def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
     """The failure of each refusal; each is in exactly one class (docs/spec.md#classes)."""
     return {
@@ -181,6 +194,25 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
         ),
         # A request the gateway's own upstream limits kept waiting too long: not the upstream.
         Refusal.ROUTE_CONNECTIONS: _route_busy(None),  # each route's: route_connection_rules
+        # An MCP server's process exited with requests unanswered (its JSON-RPC error is
+        # the gateway's, docs/mcp.md#a-server-that-exits). One code on both transports;
+        # retryable only on the bridge, where the client's next session starts a new
+        # server: `mendpoint stdio` ends with its server, and only its host can start it.
+        Refusal.SERVER_EXITED: _server_exited(
+            "The MCP server's process exited before answering; `mendpoint stdio` ended with it",
+            retryable=False,
+            fix=(
+                "Start the MCP server again (the MCP host restarts `mendpoint stdio`); the "
+                "server's stderr says why it exited"
+            ),
+        ),
+        Refusal.SESSION_SERVER_EXITED: _server_exited(
+            "The MCP server's process exited before answering, and its session ended with "
+            "it; the next request gets 404 and the client starts a new session, with a new "
+            "server process",
+            retryable=True,
+            fix=None,
+        ),
         Refusal.UPSTREAM_CONNECTIONS: _pool_full(
             f"The gateway's {limits.max_upstream_connections} connections to upstreams "
             "(limits.max_upstream_connections) are all in use; nothing was sent"

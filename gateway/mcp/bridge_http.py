@@ -13,12 +13,12 @@ request whose answer is the first thing the server sends is answered as one `app
 body (no SSE event size cap applies); when the server sends its own requests and notifications
 while the call runs (progress, logging, sampling) and the client accepts `text/event-stream`,
 the answer becomes a stream carrying them and then the response; a client that accepts only
-JSON gets one body. Server messages with no POST stream open
-go to the session's GET stream, or are dropped when there is none. Responses are upgraded like
-on every other transport (`rewrite_payload`, under the POST's own mode and caller); every other
-message is the server's line byte for byte. Not supported: resuming a stream (`Last-Event-ID`;
-the child keeps no event log) and the stateless 2026-07-28 revision (a stdio server needs its
-`initialize`, so requests without a session are refused with 400).
+JSON gets one body. Which stream a server message takes is `bridge_streams`' rule.
+Responses are upgraded like on every other transport (`rewrite_payload`, under the POST's own
+mode and caller); every other message is the server's line byte for byte. Not supported:
+resuming a stream (`Last-Event-ID`; the child keeps no event log) and the stateless
+2026-07-28 revision (a stdio server needs its `initialize`, so requests without a session are
+refused with 400).
 """
 
 from __future__ import annotations
@@ -32,16 +32,11 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.failure import TransportKind
+from gateway.failure import Refusal, TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp.bridge_holders import Holder, holder_of
-from gateway.mcp.bridge_sessions import (
-    Bridges,
-    BridgeSession,
-    HolderSessionsFull,
-    SessionsFull,
-    Waiter,
-)
+from gateway.mcp.bridge_sessions import Bridges, BridgeSession, HolderSessionsFull, SessionsFull
+from gateway.mcp.bridge_streams import Line, Waiter
 from gateway.mcp.correlation import HttpCallSite, Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestKey,
@@ -177,11 +172,12 @@ async def _exchange(
     upgrader: Upgrader,
 ) -> web.StreamResponse:
     outstanding = _request_ids(message)
+    session.note(message)
     if not outstanding:  # notifications and responses only
         await session.send(lines)
         return web.Response(status=202, headers=_headers(session, ctx))
     stream = "text/event-stream" in request.headers.get("Accept", "").lower()
-    waiter = session.expect(outstanding, stream)
+    waiter = session.expect(outstanding, stream, message)
     local = RequestTable(ctx.state.config.mcp.max_tracked_requests)
     for key, pending in requests_in(message):
         local.add(key, pending)
@@ -190,7 +186,7 @@ async def _exchange(
         await session.send(lines)
         if stream:
             return await answer.stream(request, isinstance(message, list))
-        return await answer.json(isinstance(message, list))
+        return await answer.json(request, isinstance(message, list))
     finally:
         session.forget(waiter)
 
@@ -207,12 +203,28 @@ class _Answer:
 
     async def _payloads(self) -> AsyncIterator[tuple[bytes, list[tuple[str, str]]]]:
         site = HttpCallSite(self.ctx)
-        async for line, message in self.waiter.lines():
-            payload = line.rstrip(b"\r\n")
-            new, headers = await rewrite_payload(
-                payload, self.tracker, self.upgrader, site, message
-            )
+        async for line in self.waiter.lines():
+            payload = line.raw.rstrip(b"\r\n")
+            if line.refusal is not None:
+                new, headers = await self._own(line, line.refusal, site)
+            else:
+                new, headers = await rewrite_payload(
+                    payload, self.tracker, self.upgrader, site, line.message
+                )
             yield (payload if new is None else new), headers
+
+    async def _own(
+        self, line: Line, refusal: Refusal, site: HttpCallSite
+    ) -> tuple[bytes | None, list[tuple[str, str]]]:
+        """The gateway's own answer, upgraded as its built-in rule says (the same as
+        `mendpoint stdio`'s, docs/mcp.md#a-server-that-exits)."""
+        pending = self.tracker.pop(line.message)
+        if pending is None:  # `initialize`: never upgraded
+            return None, []
+        outcome = await self.upgrader.own_error(line.message, pending, site, refusal)
+        if outcome is None:
+            return None, []
+        return (None if outcome.message is None else encode(outcome.message)), outcome.headers
 
     async def stream(self, request: web.Request, batch: bool) -> web.StreamResponse:
         """An event stream, unless the first thing to send is the one answer of a single
@@ -221,8 +233,10 @@ class _Answer:
         while the call runs (progress, logging, sampling) open the stream instead."""
         payloads = self._payloads()
         first = await anext(payloads, None)
-        if first is None or (not batch and self.waiter.answered()):
-            return self._json_body([] if first is None else [first], batch)
+        if first is None:
+            return self._nothing(request)
+        if not batch and self.waiter.answered():
+            return self._json_body([first], batch)
         headers = _headers(self.session, self.ctx)
         headers["Content-Type"] = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
@@ -234,8 +248,21 @@ class _Answer:
         await response.write_eof()
         return response
 
-    async def json(self, batch: bool) -> web.Response:
-        return self._json_body([item async for item in self._payloads()], batch)
+    async def json(self, request: web.Request, batch: bool) -> web.StreamResponse:
+        items = [item async for item in self._payloads()]
+        return self._json_body(items, batch) if items else self._nothing(request)
+
+    def _nothing(self, request: web.Request) -> web.StreamResponse:
+        """No message for this POST: its requests were cancelled and the session is over.
+        The gateway makes up no answer (docs/mcp.md#cancelled-requests): an event stream
+        that ends empty, as a direct server's POST stream does, or 202 for a client that
+        reads JSON only."""
+        headers = _headers(self.session, self.ctx)
+        if "text/event-stream" not in request.headers.get("Accept", "").lower():
+            return web.Response(status=202, headers=headers)
+        headers["Content-Type"] = "text/event-stream"
+        headers["Cache-Control"] = "no-cache"
+        return web.Response(status=200, headers=headers)
 
     def _json_body(
         self, items: list[tuple[bytes, list[tuple[str, str]]]], batch: bool
@@ -261,8 +288,8 @@ async def _listen(
             "Not Acceptable: the client must accept text/event-stream",
             ctx.request_id,
         )
-    queue = session.listen()
-    if queue is None:
+    lines = session.listen()
+    if lines is None:
         return rpc_refusal(
             409, SERVER_ERROR, "Conflict: only one GET stream per session", ctx.request_id
         )
@@ -272,11 +299,11 @@ async def _listen(
     response = web.StreamResponse(status=200, headers=headers)
     try:
         await response.prepare(request)
-        while (line := await queue.get()) is not None:
+        async for line in lines:
             await response.write(_event(line.rstrip(b"\r\n")))
         await response.write_eof()
     finally:
-        session.unlisten(queue)
+        await lines.aclose()
     return response
 
 

@@ -7,9 +7,9 @@ holder, `bridge_holders`) and finds it again by its id and holder: for anyone el
 does not exist (docs/mcp.md#sessions-belong-to-their-caller). A session ends on
 DELETE, after `session_idle_s` without a request, when its child exits, or at gateway shutdown,
 and ending it kills the child's process group. While it lives, a session routes each line the
-child writes: a response to the POST `Waiter` that sent its request, a server request or
-notification to the newest POST stream, else to the GET stream, else nowhere. Everyone still
-waiting when it ends gets a JSON-RPC error (`server_gone`) instead of hanging.
+child writes to the HTTP stream it belongs to (`bridge_streams`). Every request still waiting
+when it ends gets a JSON-RPC error (`server_gone`) instead of hanging, except those the client
+cancelled: the gateway never answers a cancelled request.
 
 The HTTP side (what a POST, GET or DELETE does with a session) is `bridge_http`.
 """
@@ -20,16 +20,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 from gateway.config.route_model import RouteSpec
+from gateway.failure import Refusal
 from gateway.mcp.bridge_holders import Holder
 from gateway.mcp.bridge_owners import Owners, new_session_id
+from gateway.mcp.bridge_streams import Line, Streams, Waiter
 from gateway.mcp.child import Child
-from gateway.mcp.jsonrpc import RequestKey, encode, parse_message, request_key
+from gateway.mcp.jsonrpc import (
+    RequestKey,
+    cancelled_requests,
+    encode,
+    parse_message,
+    progress_tokens,
+    request_key,
+    responses_in,
+)
 from gateway.mcp.lines import Overlong, overlong_id
 from gateway.mcp.rpc_errors import server_gone, too_large
 
@@ -52,47 +60,6 @@ class HolderSessionsFull(Exception):
         """When the first of its sessions would end idle, if it stays unused."""
 
 
-@dataclass(eq=False)
-class Waiter:
-    """One POST waiting for the responses to its requests (and, as a stream, server messages).
-
-    Lines wait in a deque, and the POST in one future while there is none: an `asyncio.Queue`
-    per POST cost about 4 µs, more than the rest of the waiting (one reader, one writer).
-    """
-
-    outstanding: dict[RequestKey, str]
-    stream: bool
-    # Each line with the message it holds: the pump parsed it once, nobody parses it again.
-    arrived: deque[tuple[bytes, Any]] = field(default_factory=deque)
-    _wake: asyncio.Future[None] | None = None
-
-    def deliver(self, key: RequestKey, line: bytes, message: Any) -> None:
-        """The response to `key`."""
-        self.outstanding.pop(key, None)
-        self.push(line, message)
-
-    def push(self, line: bytes, message: Any) -> None:
-        """A line for this POST: a response, or a server message for its stream."""
-        self.arrived.append((line, message))
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-    def answered(self) -> bool:
-        """Every request has its response and nothing is left to read."""
-        return not self.outstanding and not self.arrived
-
-    async def lines(self) -> AsyncIterator[tuple[bytes, Any]]:
-        """Lines in arrival order until every request of this POST has its response."""
-        while self.outstanding or self.arrived:
-            if not self.arrived:
-                self._wake = asyncio.get_running_loop().create_future()
-                try:
-                    await self._wake
-                finally:
-                    self._wake = None
-            yield self.arrived.popleft()
-
-
 class BridgeSession:
     """One MCP session: its child process and the HTTP requests waiting on it."""
 
@@ -113,9 +80,8 @@ class BridgeSession:
         self.in_flight = 0
         self.last_active = time.monotonic()
         self._on_end = on_end
-        self._waiting: dict[RequestKey, Waiter] = {}
-        self._streams: list[Waiter] = []
-        self._listener: asyncio.Queue[bytes | None] | None = None
+        self._streams = Streams(session_id)
+        self._listening = False
         self._ending: asyncio.Task[None] | None = None
         self._tasks = [
             asyncio.create_task(self._pump()),
@@ -151,40 +117,42 @@ class BridgeSession:
         except (ConnectionError, OSError):
             log.info("MCP bridge session %s: the server no longer reads its stdin", self.id)
 
-    def expect(self, outstanding: dict[RequestKey, str], stream: bool) -> Waiter:
-        waiter = Waiter(dict(outstanding), stream)
+    def expect(self, outstanding: dict[RequestKey, str], stream: bool, message: Any) -> Waiter:
+        """A POST sending the requests `outstanding` (from `message`) waits for their answers."""
+        waiter = Waiter(dict(outstanding), stream, dict(progress_tokens(message)))
         if self.ended:
             _answer_gone(waiter)
             return waiter
-        for key in outstanding:
-            self._waiting[key] = waiter
-        if stream:
-            self._streams.append(waiter)
+        self._streams.add(waiter)
         return waiter
+
+    def note(self, message: Any) -> None:
+        """What a POST without requests tells the session: requests the client cancels, and
+        its answers to the server's own requests."""
+        self._streams.cancel(cancelled_requests(message))
+        self._streams.answered(responses_in(message))
 
     def forget(self, waiter: Waiter) -> None:
         """The POST is over (answered, or its client left): its late responses are dropped."""
-        for key in waiter.outstanding:
-            if self._waiting.get(key) is waiter:
-                del self._waiting[key]
-        if waiter in self._streams:
-            self._streams.remove(waiter)
+        self._streams.remove(waiter)
 
-    def listen(self) -> asyncio.Queue[bytes | None] | None:
-        """The GET stream's queue; None when one is already open (one per session)."""
-        if self._listener is not None or self.ended:
+    def listen(self) -> AsyncGenerator[bytes] | None:
+        """The GET stream's lines (what was queued first); None when one is already open."""
+        if self._listening or self.ended:
             return None
         self.last_active = time.monotonic()
-        self._listener = asyncio.Queue()
-        return self._listener
+        self._listening = True
+        return self._listen()
 
-    def unlisten(self, queue: asyncio.Queue[bytes | None]) -> None:
-        if self._listener is queue:
-            self._listener = None
+    async def _listen(self) -> AsyncGenerator[bytes]:
+        try:
+            async for line in self._streams.outbox.lines():
+                yield line
+        finally:
+            self._listening = False
 
     def close_listener(self) -> None:
-        if self._listener is not None:
-            self._listener.put_nowait(None)
+        self._streams.outbox.close()
 
     @property
     def ending(self) -> asyncio.Task[None] | None:
@@ -206,9 +174,7 @@ class BridgeSession:
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
-        waiters = {id(w): w for w in [*self._waiting.values(), *self._streams]}
-        self._waiting.clear()
-        for waiter in waiters.values():
+        for waiter in self._streams.end():
             _answer_gone(waiter)
         self.close_listener()
         await self.child.stop(exit_grace_s)
@@ -227,7 +193,7 @@ class BridgeSession:
         silence (the POST waiting for it would hang). Read through, never buffered."""
         await line.drain()
         key = request_key(overlong_id(line))
-        waiter = self._waiting.pop(key, None) if key is not None else None
+        waiter = self._streams.waiter_for(key) if key is not None else None
         log.warning(
             "MCP bridge session %s: a %d-byte message over the size limit %s",
             self.id,
@@ -237,7 +203,7 @@ class BridgeSession:
         if waiter is not None and key is not None:
             method = waiter.outstanding.get(key, "the request")
             error = too_large(key[1], method, line.size, self.child.limit)
-            waiter.deliver(key, (encode(error) or b"") + b"\n", error)
+            waiter.deliver(key, Line((encode(error) or b"") + b"\n", error))
 
     def _dispatch(self, line: bytes) -> None:
         message = parse_message(line)
@@ -246,18 +212,11 @@ class BridgeSession:
             return
         key = _response_key(message)
         if key is not None:
-            waiter = self._waiting.pop(key, None)
+            waiter = self._streams.waiter_for(key)
             if waiter is not None:
-                waiter.deliver(key, line, message)
+                waiter.deliver(key, Line(line, message))
             return
-        # A request or notification of the server's own: the newest POST stream is most
-        # likely the call it belongs to (progress, logging, sampling); else the GET stream.
-        if self._streams:
-            self._streams[-1].push(line, message)
-        elif self._listener is not None:
-            self._listener.put_nowait(line)
-        else:
-            log.debug("MCP bridge session %s: server message with no stream open", self.id)
+        self._streams.route(line, message)
 
     async def _watch_idle(self) -> None:
         while True:
@@ -347,9 +306,15 @@ class Bridges:
 
 
 def _answer_gone(waiter: Waiter) -> None:
+    """The server is gone: each request of `waiter` gets the gateway's answer saying so, but
+    those the client cancelled, which nobody answers (their POST just ends)."""
     for key, method in list(waiter.outstanding.items()):
+        if key in waiter.cancelled:
+            waiter.withdraw(key)
+            continue
         gone = server_gone(key[1], method)
-        waiter.deliver(key, (encode(gone) or b"") + b"\n", gone)
+        line = Line((encode(gone) or b"") + b"\n", gone, Refusal.SESSION_SERVER_EXITED)
+        waiter.deliver(key, line)
 
 
 def _response_key(message: Any) -> RequestKey | None:

@@ -158,3 +158,40 @@ class SessionTables:
 
     def drop(self, session_id: str) -> None:
         self._tables.pop(session_id, None)
+
+
+def cancelled_requests(message: Any) -> Iterator[RequestKey]:
+    """The ids a client (or server) withdraws with `notifications/cancelled` in a message."""
+    for item in message if isinstance(message, list) else (message,):
+        if isinstance(item, dict) and item.get("method") == "notifications/cancelled":
+            params = item.get("params")
+            key = request_key(params.get("requestId") if isinstance(params, dict) else None)
+            if key is not None:
+                yield key
+
+
+def responses_in(message: Any) -> Iterator[RequestKey]:
+    """The ids answered by the responses in one message or a batch."""
+    for item in message if isinstance(message, list) else (message,):
+        if (
+            isinstance(item, dict)
+            and "method" not in item
+            and ("result" in item or "error" in item)
+        ):
+            key = request_key(item.get("id"))
+            if key is not None:
+                yield key
+
+
+def progress_tokens(message: Any) -> Iterator[tuple[RequestKey, RequestKey]]:
+    """Each request's `params._meta.progressToken` (as a key), by the request's id: progress
+    notifications name the token, never the request."""
+    for item in message if isinstance(message, list) else (message,):
+        if not isinstance(item, dict) or not isinstance(item.get("method"), str):
+            continue
+        params = item.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        token = request_key(meta.get("progressToken")) if isinstance(meta, dict) else None
+        key = request_key(item.get("id"))
+        if token is not None and key is not None:
+            yield key, token

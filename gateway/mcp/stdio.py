@@ -32,12 +32,13 @@ from typing import Any
 
 from gateway.config.loaded import LoadedConfig
 from gateway.enrich.step import Enricher, FailureContext
-from gateway.failure import Failure, Mode
+from gateway.failure import Failure, Mode, Refusal
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (
     Pending,
     RequestKey,
     RequestTable,
+    cancelled_requests,
     encode,
     may_be_response,
     may_need_rewrite,
@@ -134,14 +135,8 @@ class StdioRelay:
         for key, pending in requests_in(message):
             self.pending.add(key, pending)
             self._ids[key] = key[1]
-        for item in message if isinstance(message, list) else (message,):
-            if isinstance(item, dict) and item.get("method") == "notifications/cancelled":
-                params = item.get("params")
-                cancelled = request_key(
-                    params.get("requestId") if isinstance(params, dict) else None
-                )
-                if cancelled is not None:
-                    self._settle(cancelled)
+        for cancelled in cancelled_requests(message):
+            self._settle(cancelled)
 
     def _settle(self, key: RequestKey) -> Pending | None:
         """`key` is answered (or will never be): forget it."""
@@ -219,10 +214,16 @@ class StdioRelay:
         return new + (b"\r\n" if line.endswith(b"\r\n") else b"\n")
 
     async def _answer_pending(self, out: asyncio.StreamWriter | _FileOut) -> None:
-        """The server is gone: no request still waiting may be left without an answer."""
+        """The server is gone: no request still waiting may be left without an answer. The
+        answer is the bridge's, in this relay's mode (docs/mcp.md#a-server-that-exits)."""
         for key, pending in self.pending.drain():
             error = server_gone(self._ids.pop(key, key[1]), pending.method)
-            out.write(json.dumps(error).encode() + b"\n")
+            site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
+            outcome = await self.upgrader.own_error(error, pending, site, Refusal.SERVER_EXITED)
+            if outcome is not None and outcome.verdict is not None:
+                _log_failure(site.request_id, pending, outcome.verdict.failure)
+            message = error if outcome is None or outcome.message is None else outcome.message
+            out.write((encode(message) or json.dumps(error).encode()) + b"\n")
 
 
 def _log_failure(request_id: str, pending: Pending, failure: Failure) -> None:

@@ -18,7 +18,7 @@ from gateway.classify import Observation, Verdict
 from gateway.config.models import McpSpec
 from gateway.enrich.envelope import advisory_headers, error_object, failure_object
 from gateway.enrich.step import Enricher, FailureContext, Render
-from gateway.failure import Failure, Mode, Recovery
+from gateway.failure import Failure, Mode, Recovery, Refusal
 from gateway.mcp.jsonrpc import Pending
 from gateway.mcp.rewrite import (
     guided_tools_list,
@@ -85,6 +85,31 @@ class Upgrader:
         if pending.method == "tools/list" and site.mode in UPGRADED_MODES:
             return self._guided(message, result)
         return None
+
+    async def own_error(
+        self, message: dict[str, Any], pending: Pending, site: CallSite, refusal: Refusal
+    ) -> Outcome | None:
+        """The outcome for a JSON-RPC error the gateway wrote itself (`rpc_errors`), whose
+        failure is its built-in rule for `refusal`: one answer whatever the transport."""
+        error = message["error"]
+        obs = Observation(
+            route=site.route_name,
+            method=CALL_METHOD,
+            path=site.path,
+            refusal=refusal,
+            body=dump(error),
+            content_type="application/json",
+            idempotent=site.idempotent,
+            tool=pending.tool,
+            jsonrpc_code=error["code"],
+        )
+
+        def rewrite(_: Failure, payload: dict[str, Any]) -> dict[str, Any] | None:
+            upgraded = upgraded_error(error, payload)
+            return None if upgraded is None else {**message, "error": upgraded}
+
+        ctx = _failure_context(site, pending)
+        return await self.enricher.enrich(obs, ctx, self._renderer(ctx, rewrite))
 
     def _guided(self, message: dict[str, Any], result: Any) -> Outcome | None:
         try:

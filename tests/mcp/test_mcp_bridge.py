@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +24,13 @@ from gateway.config.loader import load_config
 from gateway.config.route_model import RouteSpec
 from gateway.serve.app import GatewayServer
 from tests.support.gateway import StartGateway, write_config
-from tests.support.mcp import INIT
+from tests.support.mcp import INIT, INITIALIZED, RawSession, bridge_config, call
 from tests.support.paths import MCP_SERVERS
 
 SERVERS = MCP_SERVERS
 SDK_SERVER = [sys.executable, str(SERVERS / "sdk_server.py"), "stdio"]
 FILESYSTEM = SERVERS / "node_modules" / ".bin" / "mcp-server-filesystem"
 ACCEPT_BOTH = "application/json, text/event-stream"
-
-
-def bridge_config(command: list[str], **route: Any) -> dict[str, Any]:
-    return {
-        "admin": None,
-        "routes": [{"name": "tools", "type": "mcp", "command": command, **route}],
-    }
 
 
 def filesystem(root: Path) -> list[str]:
@@ -61,44 +53,6 @@ async def wait_gone(*pids: int, within_s: float = 10) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"still running: {[p for p in pids if alive(p)]}")
-
-
-def call(n: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    params = {"name": tool, "arguments": arguments}
-    return {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
-
-
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-
-
-@dataclass
-class RawSession:
-    """An MCP session spoken in plain HTTP, to see the exact bytes and status codes."""
-
-    http: aiohttp.ClientSession
-    url: str
-    headers: dict[str, str] = field(default_factory=dict)
-
-    async def post(self, message: Any, accept: str = "application/json") -> aiohttp.ClientResponse:
-        headers = {**self.headers, "Accept": accept, "Content-Type": "application/json"}
-        response = await self.http.post(self.url, data=json.dumps(message), headers=headers)
-        await response.read()
-        return response
-
-    async def start(self) -> aiohttp.ClientResponse:
-        response = await self.post(INIT)
-        assert response.status == 200, await response.text()
-        self.headers["Mcp-Session-Id"] = response.headers["Mcp-Session-Id"]
-        assert (await self.post(INITIALIZED)).status == 202
-        return response
-
-    async def pids(self) -> tuple[int, int]:
-        response = await self.post(call(99, "pids", {}))
-        found = json.loads(await response.read())["result"]["structuredContent"]
-        return int(found["server"]), int(found["helper"])
-
-    async def delete(self) -> aiohttp.ClientResponse:
-        return await self.http.delete(self.url, headers=self.headers)
 
 
 @pytest.fixture
