@@ -320,6 +320,29 @@ def rules_table(rules: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def latency_table(latency: dict[str, Any] | None) -> str:
+    """The MCP latency rows (bench/mcp_latency.py): what each transport adds, against its
+    target, median against median of the same run."""
+    if not latency:
+        return ""
+    lines = [
+        f"MCP latency (bench/mcp_latency.py): start-up over {latency['starts']} starts each, "
+        f"calls over {latency['calls']} round trips each; milliseconds, median (p90).",
+        "",
+        "| row | server alone | through Mendpoint | added | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in latency["rows"].items():
+        alone, through = row["direct"], row["through"]
+        verdict = "yes" if row["met"] else "**no**"
+        lines.append(
+            f"| {name} | {alone['median_ms']:.3f} ({alone['p90_ms']:.3f}) "
+            f"| {through['median_ms']:.3f} ({through['p90_ms']:.3f}) "
+            f"| {row['added_ms']:+.3f} | ≤ {row['target_ms']:g} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     s = results["settings"]
@@ -369,4 +392,5 @@ def markdown(results: dict[str, Any]) -> str:
             "",
         ]
     parts += [rules_table(results.get("rule_scaling")), "", targets_table(results)]
+    parts += ["", latency_table(results.get("mcp_latency"))]
     return "\n".join(parts)

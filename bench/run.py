@@ -10,6 +10,7 @@ bench/baseline.py), interleaved with the rest, and a table of now against REV.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import harness, mcp_bench, report
+from bench import harness, mcp_bench, mcp_latency, report
 from bench.baseline import Baseline, base_name, prepare
 from bench.systems import ROOT, Workload, applies, check, systems
 from bench.systems import WORKLOADS as ALL_WORKLOADS
@@ -199,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", help="comma-separated subset of workloads")
     parser.add_argument("--no-rules", action="store_true", help="skip the rule microbenchmark")
     parser.add_argument(
+        "--no-latency", action="store_true", help="skip the MCP start-up and per-call rows"
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REV",
         help="also run every Mendpoint system on REV's code (a git worktree in bench/results/)",
@@ -217,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         with Nginx(Path(tmp), free_port()) as nginx:
             samples = run_all(plan(selected, workloads, against), nginx, settings)
     rules = None if args.no_rules else rule_scaling(args.smoke)
+    latency = None if args.no_latency else asyncio.run(mcp_latency.measure(args.smoke))
     results = {
         "machine": machine(),
         "settings": {"reps": args.reps, "seconds": args.seconds, "warmup": args.warmup},
@@ -228,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": [asdict(s) for s in samples],
         "medians": medians(samples),
         "rule_scaling": rules,
+        "mcp_latency": latency,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from gateway.config.models import DEFAULT_ADMIN
+from gateway.config.admin_address import DEFAULT_ADMIN
 
 ROOT = Path(__file__).resolve().parent.parent
 

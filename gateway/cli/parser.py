@@ -7,16 +7,19 @@ starts an MCP server per chat, and should not pay for importing the resolver or 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from gateway import __version__
-from gateway.config.models import DEFAULT_ADMIN
+from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.secrets import (
     ADMIN_TOKEN_ENV,
     TOKEN_ENV,
 )
 from gateway.failure import Mode, TransportKind
-from gateway.offline.schema import KINDS
-from gateway.serve import workers
+
+if TYPE_CHECKING:
+    from gateway.serve.workers import WorkerCount
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the JSON Schema of a config, rule or fixture file (for editors; "
         "docs/configuration.md#editor-support)",
     )
-    schema.add_argument("kind", nargs="?", choices=sorted(KINDS), default="config")
+    schema.add_argument("kind", nargs="?", choices=_SchemaKinds(), default="config")
     schema.set_defaults(run=_schema)
 
     test = sub.add_parser("test", help="run rule fixture files against a config")
@@ -180,7 +183,26 @@ def _admin_token_argument(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _worker_count(text: str) -> workers.WorkerCount:
+class _SchemaKinds:
+    """The `schema` command's choices, read from `offline.schema` (the config models) only
+    when that command is parsed or its help printed: building the parser imports nothing
+    heavy (the module docstring says why)."""
+
+    def _names(self) -> list[str]:
+        from gateway.offline.schema import KINDS
+
+        return sorted(KINDS)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+
+def _worker_count(text: str) -> WorkerCount:
+    from gateway.serve import workers
+
     try:
         return workers.parse_count(text)
     except ValueError as exc:

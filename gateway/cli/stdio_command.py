@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from gateway.cli.exits import EXIT_USAGE
-from gateway.config.loader import embedded_config, load_config
 from gateway.failure import Mode
 from gateway.mcp.stdio import run_stdio as serve_stdio
+
+if TYPE_CHECKING:
+    from gateway.config.loaded import LoadedConfig
 
 
 def run_stdio(args: argparse.Namespace) -> int:
@@ -16,8 +19,15 @@ def run_stdio(args: argparse.Namespace) -> int:
     if not command:
         print("mendpoint stdio: give the server command after --", file=sys.stderr)
         return EXIT_USAGE
-    loaded = load_config(args.config) if args.config else embedded_config("http://127.0.0.1:9")
     if args.grace is not None and not 0 < args.grace <= 86_400:
         print("mendpoint stdio: --grace must be above 0 and at most 86400", file=sys.stderr)
         return EXIT_USAGE
-    return serve_stdio(loaded, command, Mode(args.mode), args.grace)
+    path: str | None = args.config
+
+    def load() -> LoadedConfig:
+        """Read once the server has started (docs/performance.md#mcp-start-up)."""
+        from gateway.config.loader import embedded_config, load_config
+
+        return load_config(path) if path else embedded_config("http://127.0.0.1:9")
+
+    return serve_stdio(load, command, Mode(args.mode), args.grace)

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import regex
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.model_base import _HEADER_NAME, CommandSpec, Strict, parse_host_port
 from gateway.config.route_model import RouteSpec, TlsSpec
@@ -219,12 +220,6 @@ docs/rules.md#message_paths-and-extra_message_paths-config."""
 def _network(value: str) -> str:
     parse_network(value)
     return value
-
-
-# Not 9090 (Prometheus itself), nor 9091-9094, 9100-9999 (Prometheus's exporter allocations),
-# 9464 (OpenTelemetry's Prometheus exporter) or 9901 (Envoy's admin): a gateway must start on
-# the host that scrapes it. Why this one: docs/operations.md#admin-listener.
-DEFAULT_ADMIN = "127.0.0.1:8491"
 
 
 # One CIDR block (or address) per item, checked item by item so an error names its line.

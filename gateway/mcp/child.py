@@ -5,6 +5,11 @@ be signalled: servers launched through `npx` or a shell script leave grandchildr
 killing the direct child would orphan. stderr is drained continuously to ours, because a
 chatty server blocks once the pipe fills. Lines up to `limit` bytes are read whole (asyncio's
 64 KiB default breaks on real payloads); longer ones in pieces (`lines.Overlong`).
+
+Starting is two steps, `Spawned.spawn` and `attach`, so `mendpoint stdio` can start the server
+before it has read its config (which sets `limit`): the server's start-up and the gateway's
+overlap instead of adding up (docs/performance.md#mcp-start-up). Until `attach`, what the
+server writes waits in its stdout pipe.
 """
 
 from __future__ import annotations
@@ -14,32 +19,86 @@ import contextlib
 import os
 import signal
 import sys
+from dataclasses import dataclass
 
 from gateway.mcp.lines import Overlong, read_line
 
 STDERR_LINGER_S = 0.5
 
 
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """A started server whose stdin and stdout the gateway has not begun to use yet."""
+
+    process: asyncio.subprocess.Process
+    stdin: int
+    stdout: int
+    """The gateway's ends of the two pipes, as file descriptors."""
+
+    @classmethod
+    async def spawn(cls, argv: list[str]) -> Spawned:
+        """Launch `argv`; OSError when it cannot be started (missing, not executable)."""
+        to_child, stdin = os.pipe()
+        stdout, from_child = os.pipe()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=to_child,
+                stdout=from_child,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(stdin)
+            os.close(stdout)
+            raise
+        finally:
+            os.close(to_child)  # the server holds these now
+            os.close(from_child)
+        return cls(process, stdin, stdout)
+
+    async def attach(self, limit: int) -> Child:
+        """The running server, its lines read up to `limit` bytes whole."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=limit, loop=loop)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(self.stdout, "rb", 0)
+        )
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(self.stdin, "wb", 0)
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        return Child(self.process, writer, reader, limit)
+
+    def abandon(self) -> None:
+        """Never attached (the config did not load): kill the server's group, close the pipes."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        for fd in (self.stdin, self.stdout):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 class Child:
     """One running server: write lines to it, read lines from it, end its process group."""
 
-    def __init__(self, process: asyncio.subprocess.Process, limit: int) -> None:
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        limit: int,
+    ) -> None:
         self.process = process
         self.limit = limit
+        self._stdin = stdin
+        self._stdout = stdout
         self._stderr = asyncio.create_task(_drain(process.stderr))
 
     @classmethod
     async def start(cls, argv: list[str], limit: int) -> Child:
         """Launch `argv`; OSError when it cannot be started (missing, not executable)."""
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            limit=limit,
-            start_new_session=True,
-        )
-        return cls(process, limit)
+        return await (await Spawned.spawn(argv)).attach(limit)
 
     @property
     def pid(self) -> int:
@@ -47,24 +106,18 @@ class Child:
 
     async def write(self, data: bytes) -> None:
         """Send bytes to the server's stdin; ConnectionError once it has closed it."""
-        stdin = self.process.stdin
-        assert stdin is not None
-        stdin.write(data)
-        await stdin.drain()
+        self._stdin.write(data)
+        await self._stdin.drain()
 
     def close_stdin(self) -> None:
         """End of input: a well-behaved server exits when its stdin closes."""
-        stdin = self.process.stdin
-        if stdin is not None:
-            with contextlib.suppress(ConnectionError, OSError):
-                stdin.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            self._stdin.close()
 
     async def readline(self) -> bytes | Overlong:
         """The next line (b"" at end of output; the last may lack its newline), or an
         `Overlong` when it passes the length limit: the caller relays or drains its pieces."""
-        stdout = self.process.stdout
-        assert stdout is not None
-        return await read_line(stdout)
+        return await read_line(self._stdout)
 
     def signal_group(self, sig: int = signal.SIGKILL) -> None:
         """Signal the server's whole process group (it is its own group leader)."""

@@ -11,11 +11,12 @@ server sends are never built here: they are relayed, or upgraded by `rewrite`.
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from gateway.header_names import REQUEST_ID
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 PARSE_ERROR = -32700
 """JSON-RPC: the body is not JSON, or not a JSON-RPC message."""
@@ -59,6 +60,8 @@ def rpc_refusal(
 ) -> web.Response:
     """An HTTP refusal whose body is a JSON-RPC error with no id; `request_id` is the
     gateway's X-Request-Id, not a JSON-RPC id."""
+    from aiohttp import web  # here: `mendpoint stdio` never answers HTTP, and starts sooner
+
     error = error_response(None, code, message, data)
     body = json.dumps(error, separators=(",", ":")).encode()
     return web.Response(

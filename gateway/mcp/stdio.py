@@ -27,13 +27,12 @@ import sys
 import time
 import uuid
 from asyncio import FIRST_COMPLETED
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway.config.loaded import LoadedConfig
-from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Failure, Mode, Refusal
-from gateway.mcp.child import Child
+from gateway.mcp.child import Child, Spawned
 from gateway.mcp.jsonrpc import (
     Pending,
     RequestKey,
@@ -48,9 +47,13 @@ from gateway.mcp.jsonrpc import (
 )
 from gateway.mcp.lines import Overlong, overlong_id, read_line
 from gateway.mcp.rpc_errors import server_gone
-from gateway.mcp.upgrade import Upgrader
-from gateway.resolve.callers import ANONYMOUS
-from gateway.resolve.service import Situation
+
+if TYPE_CHECKING:
+    from gateway.config.loaded import LoadedConfig
+    from gateway.config.models import McpSpec
+    from gateway.enrich.step import Enricher, FailureContext
+    from gateway.mcp.upgrade import Upgrader
+    from gateway.resolve.service import Situation
 
 log = logging.getLogger("mendpoint.mcp")
 
@@ -68,6 +71,9 @@ class StdioCallSite:
     request_id: str = ""
 
     def failure_context(self, situation: Situation) -> FailureContext:
+        from gateway.enrich.step import FailureContext
+        from gateway.resolve.callers import ANONYMOUS
+
         return FailureContext(
             route=self.route_name,
             mode=self.mode,
@@ -79,13 +85,23 @@ class StdioCallSite:
 
 
 class StdioRelay:
+    """The relay between this process's stdin/stdout and a server's.
+
+    `upgrader` is being built while the relay already runs (docs/performance.md#mcp-start-up):
+    nothing waits for it but a response that may need upgrading.
+    """
+
     def __init__(
-        self, argv: list[str], upgrader: Upgrader, mode: Mode, grace_s: float | None = None
+        self,
+        child: Child,
+        settings: McpSpec,
+        upgrader: asyncio.Future[Upgrader],
+        mode: Mode,
+        grace_s: float | None = None,
     ) -> None:
-        self.argv = argv
+        self.child = child
         self.upgrader = upgrader
         self.site = StdioCallSite(mode)
-        settings = upgrader.settings
         self.limit = settings.max_message_bytes
         self.grace_s = settings.stdio_grace_s if grace_s is None else grace_s
         self.pending = RequestTable(settings.max_tracked_requests)
@@ -94,7 +110,7 @@ class StdioRelay:
 
     async def run(self) -> int:
         """Run the server until it exits; returns its exit status (128+N if killed by signal N)."""
-        child = await Child.start(self.argv, self.limit)
+        child = self.child
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, child.forward, sig)
@@ -205,7 +221,7 @@ class StdioRelay:
         # Each upgraded failure gets its own id: the draft extension's correlationId. There is
         # no access log in stdio mode, so this line is what an operator finds it by.
         site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
-        outcome = await self.upgrader.upgrade(message, pending, site)
+        outcome = await (await self.upgrader).upgrade(message, pending, site)
         if outcome is not None and outcome.verdict is not None:
             _log_failure(site.request_id, pending, outcome.verdict.failure)
         new = None if outcome is None or outcome.message is None else encode(outcome.message)
@@ -219,7 +235,8 @@ class StdioRelay:
         for key, pending in self.pending.drain():
             error = server_gone(self._ids.pop(key, key[1]), pending.method)
             site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
-            outcome = await self.upgrader.own_error(error, pending, site, Refusal.SERVER_EXITED)
+            upgrader = await self.upgrader
+            outcome = await upgrader.own_error(error, pending, site, Refusal.SERVER_EXITED)
             if outcome is not None and outcome.verdict is not None:
                 _log_failure(site.request_id, pending, outcome.verdict.failure)
             message = error if outcome is None or outcome.message is None else outcome.message
@@ -284,16 +301,46 @@ def _is_regular_file(fd: int) -> bool:
 
 
 def run_stdio(
-    loaded: LoadedConfig, argv: list[str], mode: Mode, grace_s: float | None = None
+    load: Callable[[], LoadedConfig], argv: list[str], mode: Mode, grace_s: float | None = None
 ) -> int:
-    """The `mendpoint stdio` command: relay until the server exits; its status is ours."""
+    """The `mendpoint stdio` command: relay until the server exits; its status is ours.
+
+    The server is started first and the config (`load`) read while it starts up; the
+    enrichment step is built in a thread while the first messages already pass (none of them
+    is upgraded: `initialize` never is). A config that does not load ends the server again
+    and raises its `ConfigError` (docs/performance.md#mcp-start-up).
+    """
 
     async def main() -> int:
-        enricher = Enricher.build(loaded)
+        spawned = await Spawned.spawn(argv)
         try:
-            upgrader = Upgrader(enricher, loaded.config.mcp)
-            return await StdioRelay(argv, upgrader, mode, grace_s).run()
+            loaded = load()
+        except BaseException:
+            spawned.abandon()
+            await spawned.process.wait()
+            raise
+        child = await spawned.attach(loaded.config.mcp.max_message_bytes)
+        building = asyncio.ensure_future(asyncio.to_thread(_enricher, loaded))
+        upgrader = asyncio.ensure_future(_upgrader(building, loaded))
+        try:
+            relay = StdioRelay(child, loaded.config.mcp, upgrader, mode, grace_s)
+            return await relay.run()
         finally:
+            upgrader.cancel()
+            enricher = await building
             await enricher.close()
 
     return asyncio.run(main())
+
+
+def _enricher(loaded: LoadedConfig) -> Enricher:
+    """The enrichment step, built off the event loop: most of what it costs is importing."""
+    from gateway.enrich.step import Enricher
+
+    return Enricher.build(loaded)
+
+
+async def _upgrader(building: asyncio.Future[Enricher], loaded: LoadedConfig) -> Upgrader:
+    from gateway.mcp.upgrade import Upgrader
+
+    return Upgrader(await asyncio.shield(building), loaded.config.mcp)

@@ -15,7 +15,8 @@ import urllib.request
 
 import pytest
 
-from gateway.config.models import DEFAULT_ADMIN, GatewayConfig
+from gateway.config.admin_address import DEFAULT_ADMIN
+from gateway.config.models import GatewayConfig
 from tests.support.gateway import free_port
 from tests.support.paths import DOCS, REPO
 

@@ -44,7 +44,7 @@ async def direct() -> AsyncIterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        await wait_listening(port, process)
+        await wait_listening(port, process, within_s=60)  # the SDK imports slowly on a busy host
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()

@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from gateway.cli.parser import build_parser
+from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.loader import load_catalog, load_config
 from gateway.config.model_base import parse_host_port
-from gateway.config.models import DEFAULT_ADMIN, ShutdownSpec
+from gateway.config.models import ShutdownSpec
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
 from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import REGISTRY

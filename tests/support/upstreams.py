@@ -115,9 +115,12 @@ async def _serving(
                 await process.wait()
 
 
-async def wait_listening(port: int, process: asyncio.subprocess.Process) -> None:
-    """Until something accepts connections on loopback `port` (10 s), unless `process` exits."""
-    for _ in range(200):
+async def wait_listening(
+    port: int, process: asyncio.subprocess.Process, within_s: float = 10
+) -> None:
+    """Until something accepts connections on loopback `port` (`within_s`), unless `process`
+    exits."""
+    for _ in range(int(within_s / 0.05)):
         if process.returncode is not None:
             raise RuntimeError(f"the server exited with {process.returncode}")
         try:
@@ -127,4 +130,4 @@ async def wait_listening(port: int, process: asyncio.subprocess.Process) -> None
             continue
         writer.close()
         return
-    raise RuntimeError(f"nothing listened on port {port} within 10 s")
+    raise RuntimeError(f"nothing listened on port {port} within {within_s:g} s")
