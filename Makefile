@@ -9,7 +9,7 @@ DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 ADMIN ?= 127.0.0.1:8491
 
-.PHONY: run test test-slow test-uvloop soak lint typecheck fmt shell check-all clean mcp-servers docs \
+.PHONY: run fleet-demo test test-slow test-uvloop soak lint typecheck fmt shell check-all clean mcp-servers docs \
 	frameworks system-packages
 
 # `make run` needs the runtime alone (aiohttp, pydantic, pyyaml, regex, prometheus-client);
@@ -36,6 +36,11 @@ docs: $(DOCS_STAMP)
 
 run: $(RUNTIME_STAMP)
 	@$(BIN)/python examples/run_demo.py --demo-listen $(DEMO_LISTEN) --listen $(LISTEN) --admin $(ADMIN)
+
+# Two replicas behind HAProxy round-robin sharing a Redis, in front of the demo API
+# (docs/operations.md#fleet); needs redis-server and haproxy (tests/setup/system-packages.sh).
+fleet-demo: $(STAMP)
+	@$(BIN)/python examples/fleet_demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests examples bench

@@ -199,16 +199,17 @@ def skills() -> list[dict[str, object]]:
 
 
 def mendpoint_config(
-    upstream: str, mode: str, access_log: bool, followups: bool = True
+    upstream: str, mode: str, access_log: bool, followups: bool = True, fleet: str | None = None
 ) -> dict[str, object]:
     """The gateway config for one benchmark run (as data; written as JSON, which is YAML).
 
     No admin listener (nothing else to bind); the JSON access log only when asked, since
     it is measured as its own row. Follow-up tracking is on, as by default; the
-    `[followups-off]` variant measures what it costs.
+    `[followups-off]` variant measures what it costs, and `[fleet]` what a fleet store
+    (`fleet`, a redis:// URL) costs beside it.
     """
     key_hash = hashlib.sha256(API_KEY.encode()).hexdigest()
-    return {
+    return ({"fleet": {"redis": fleet}} if fleet is not None else {}) | {
         "listen": "127.0.0.1:0",
         "admin": None,
         "log": {"level": "warning", "access": access_log},
@@ -227,11 +228,17 @@ def mendpoint_config(
 
 
 def write_mendpoint_config(
-    root: Path, upstream: str, mode: str, access_log: bool, followups: bool = True
+    root: Path,
+    upstream: str,
+    mode: str,
+    access_log: bool,
+    followups: bool = True,
+    fleet: str | None = None,
 ) -> Path:
     port = upstream.rsplit(":", 1)[-1].strip("/")
     suffix = ("-log" if access_log else "") + ("" if followups else "-nofollowups")
+    suffix += "-fleet" if fleet is not None else ""
     path = root / f"mendpoint-{mode}-{port}{suffix}.yaml"
-    config = mendpoint_config(upstream, mode, access_log, followups)
+    config = mendpoint_config(upstream, mode, access_log, followups, fleet)
     path.write_text(json.dumps(config, indent=1))
     return path

@@ -7,7 +7,11 @@ belongs to that one run and no run inherits another's warm state.
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,12 +101,18 @@ def mitm(upstream: str, port: int, root: Path) -> list[str]:
 
 
 def mendpoint(
-    mode: str, access_log: bool = False, env: tuple[str, ...] = (), followups: bool = True
+    mode: str,
+    access_log: bool = False,
+    env: tuple[str, ...] = (),
+    followups: bool = True,
+    fleet: bool = False,
 ) -> Command:
-    """`env` (NAME=VALUE items) turns a lever off, for the A/B variants."""
+    """`env` (NAME=VALUE items) turns a lever off, for the A/B variants; `fleet`, a fleet
+    store (a redis-server of the benchmark's own) on."""
 
     def command(upstream: str, port: int, root: Path) -> list[str]:
-        config = fixtures.write_mendpoint_config(root, upstream, mode, access_log, followups)
+        store = fleet_store(root) if fleet else None
+        config = fixtures.write_mendpoint_config(root, upstream, mode, access_log, followups, store)
         listen = f"127.0.0.1:{port}"
         argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
         return [*(["env", *env] if env else []), *argv, "--listen", listen]
@@ -110,8 +120,24 @@ def mendpoint(
     return command
 
 
+_STORE: list[subprocess.Popen[bytes]] = []
+
+
+def fleet_store(root: Path) -> str:
+    """One redis-server (Debian's) for the benchmark's `[fleet]` rows, stopped at exit."""
+    port = 6391
+    if not _STORE:
+        server = shutil.which("redis-server") or "/usr/bin/redis-server"
+        argv = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        _STORE.append(subprocess.Popen([*argv, "--appendonly", "no", "--dir", str(root)]))
+        atexit.register(_STORE[0].terminate)
+        time.sleep(0.5)
+    return f"redis://127.0.0.1:{port}/0"
+
+
 # Lever A/B variants: measured only when named with --systems (not in the default plan).
 FOLLOWUPS_OFF = "mendpoint-additive[followups-off]"
+FLEET = "mendpoint-additive[fleet]"
 VARIANTS = {
     "mendpoint-additive[asyncio]": ("MENDPOINT_LOOP=asyncio",),
     "mendpoint-additive[gc-default]": ("MENDPOINT_GC=default",),
@@ -138,6 +164,7 @@ def systems(baseline: Baseline | None = None) -> dict[str, Command | None]:
     for name, env in VARIANTS.items():
         table[name] = mendpoint("additive", env=env)
     table[FOLLOWUPS_OFF] = mendpoint("additive", followups=False)
+    table[FLEET] = mendpoint("additive", fleet=True)
     for name in MCP_ONLY:
         table[name] = None  # MCP workloads only; their commands are in bench/mcp_bench.py
     if baseline is None:

@@ -22,11 +22,25 @@ def _admin_json(command: str, args: argparse.Namespace, path: str) -> dict[str, 
     return payload if isinstance(payload, dict) else {}
 
 
+def scope_line(payload: dict[str, Any]) -> str:
+    """Whose figures these are: the fleet's (a store), one host's workers, or one process."""
+    scope = payload.get("scope")
+    if scope == "fleet":
+        return "fleet-wide: every replica sharing the fleet store (docs/operations.md#fleet)"
+    note = payload.get("note")
+    if isinstance(note, str):
+        return f"{scope}: {note}"
+    if scope == "workers":
+        return "this host: every worker of this gateway"
+    return "this process only (no fleet store: other replicas are not counted)"
+
+
 def run_gaps(args: argparse.Namespace) -> int:
     payload = _admin_json("gaps", args, f"/gaps?limit={max(1, args.limit)}")
     if payload is None:
         return EXIT_INVALID
     rows = payload.get("signatures", [])
+    print(scope_line(payload))
     if not rows:
         print("no unmatched failures yet: every failure so far matched one of your rules")
         return EXIT_OK
@@ -41,6 +55,7 @@ def run_followups(args: argparse.Namespace) -> int:
     if payload is None:
         return EXIT_INVALID
     rows = payload.get("codes", [])
+    print(scope_line(payload))
     if not rows:
         print("no failures followed up yet (or follow-up tracking is off)")
         return EXIT_OK

@@ -64,6 +64,8 @@ class LoadedConfig:
     admin_token_file: str | None = None
     # From `resolver.tls`: whom an https:// resolver must be, and the gateway's client cert.
     resolver_tls: ssl.SSLContext | None = field(default=None, repr=False)
+    # The first line of `fleet.password_file`: the store's password; never printed.
+    fleet_password: str | None = field(default=None, repr=False)
 
     def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
         """The line of a field inside a sourced item, for error messages."""

@@ -194,6 +194,38 @@ class FollowupsSpec(Strict):
     max_bytes: int = Field(default=16 << 20, ge=64 << 10, le=4 << 30)
 
 
+class FleetSpec(Strict):
+    """The store replicas share follow-ups and gaps through (docs/operations.md#fleet)."""
+
+    # redis://HOST:PORT/DB, rediss:// for TLS, or unix:///PATH; a password goes in
+    # password_file, never in the URL (it would sit in a ConfigMap and in `ps`).
+    redis: str = Field(pattern=r"^(rediss?://[^\s/?#]+(/\d{1,2})?|unix:///[^\s?#]+)$")
+    password_file: str | None = Field(default=None, min_length=1)
+    tls: TlsSpec | None = None  # with rediss:// only
+    # Every store call is bounded by this; past it the gateway tracks per process.
+    timeout_ms: int = Field(default=250, ge=10, le=5000)
+    key_prefix: str = Field(default="mendpoint", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    # Store writes waiting while the store is down, replayed when it returns; past this
+    # the oldest are dropped, counted (mendpoint_fleet_store_dropped_total).
+    queue_max: int = Field(default=10_000, ge=100, le=1_000_000)
+
+    @field_validator("redis")
+    @classmethod
+    def _no_password_in_url(cls, value: str) -> str:
+        userinfo = value.partition("://")[2].partition("/")[0].rpartition("@")[0]
+        if ":" in userinfo:
+            raise ValueError("put the password in password_file, not in the URL")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> FleetSpec:
+        if self.tls is not None and not self.redis.startswith("rediss://"):
+            raise ValueError("tls is only used with a rediss:// URL")
+        if self.tls is not None and self.tls.server_name is not None:
+            raise ValueError("tls.server_name is not supported here: the URL's host is verified")
+        return self
+
+
 class HeadersSpec(Strict):
     prefix: str = Field(default="X-Error-", pattern=r"^[A-Za-z0-9\-]+$")
 
@@ -251,6 +283,7 @@ class GatewayConfig(Strict):
     headers: HeadersSpec = Field(default_factory=HeadersSpec)
     mcp: McpSpec = Field(default_factory=McpSpec)
     followups: FollowupsSpec = Field(default_factory=FollowupsSpec)
+    fleet: FleetSpec | None = None  # shared across replicas (docs/operations.md#fleet)
     redaction: RedactionSpec = Field(default_factory=RedactionSpec)
     log: LogSpec = Field(default_factory=LogSpec)
     shutdown: ShutdownSpec = Field(default_factory=ShutdownSpec)

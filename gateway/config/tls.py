@@ -73,6 +73,18 @@ def resolve_resolver_tls(
         return None, files, [Problem(doc.file, line, "resolver.tls", _reason(exc))]
 
 
+def resolve_block_tls(
+    spec: TlsSpec, doc: YamlDoc, base_dir: str, where: tuple[str, ...]
+) -> tuple[TlsSpec, list[Problem]]:
+    """Another `tls:` block (`fleet.tls`): its paths made absolute, each file proven to load."""
+    spec = _with_absolute_paths(spec, base_dir)
+    try:
+        tls_context(spec)
+    except (ssl.SSLError, OSError) as exc:
+        return spec, [Problem(doc.file, doc.line_of(where), ".".join(where), _reason(exc))]
+    return spec, []
+
+
 def _with_absolute_paths(spec: TlsSpec, base_dir: str) -> TlsSpec:
     return spec.model_copy(
         update={

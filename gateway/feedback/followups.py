@@ -20,6 +20,12 @@ each open and each settlement to the supervisor, which passes it to the other wo
 (`apply`), so a follow-up is matched whichever worker receives it. The worker that settles an
 entry counts the outcome; the worker that opened it counts it abandoned; the supervisor's
 figures are the sums.
+
+With a fleet store (`fleet:`, gateway.feedback.shared) the replicas of other machines arrive
+the same way, through the store's events channel, and the store decides what is counted: the
+book tells it each open, settlement and sweep (`shared`), and Prometheus counts what the
+store granted; the book's own tallies remain this process's view, shown while the store is
+down (docs/operations.md#fleet).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.config.models import FollowupsSpec
 from gateway.telemetry.metrics import FOLLOWUPS_EVICTED, RECOVERY_SECONDS, count_followup
@@ -133,6 +139,22 @@ class CodeStats:
 Publish = Callable[[dict[str, Any]], None]
 
 
+class Shared(Protocol):
+    """The fleet store's side of a book (gateway.feedback.shared.SharedTracking)."""
+
+    def opened(self, entry: OpenFailure, started: float) -> None: ...
+
+    def followed(
+        self,
+        attempt: Attempt,
+        answered: Answered,
+        entry: OpenFailure | None,
+        outcome: Outcome | None,
+    ) -> None: ...
+
+    def sweep(self) -> None: ...
+
+
 def decide(entry: OpenFailure, identical: bool, started: float, answered: Answered) -> Outcome:
     """The one outcome of `entry` given its follow-up (the table in docs/operations.md)."""
     if identical:
@@ -165,6 +187,7 @@ class FollowupBook:
         self.clock = clock
         self.origin = origin
         self.publish: Publish | None = None
+        self.shared: Shared | None = None
         self._open: OrderedDict[str, OpenFailure] = OrderedDict()
         self._bytes = 0
         """The sum of `entry_bytes` over `_open`, held under `settings.max_bytes`."""
@@ -207,12 +230,15 @@ class FollowupBook:
             outcome = decide(
                 followed, attempt.identity == followed.identity, attempt.started, answered
             )
-            self._count(followed, outcome)
-            if answered.status < 400:
-                self._observe_recovery(followed, now)
+            recovery_s = max(0.0, now - followed.chain_started) if answered.status < 400 else None
+            self._count(followed, outcome, recovery_s)
             if self.publish is not None:
                 self.publish({"op": "close", "key": attempt.key, "request_id": followed.request_id})
             settled = Settled(followed.request_id, outcome)
+            if self.shared is not None:
+                self.shared.followed(attempt, answered, followed, outcome)
+        elif self.shared is not None and answered.status < 400:
+            self.shared.followed(attempt, answered, None, None)  # news may be on its way
         if answered.code is not None and answered.rule is not None:
             chain = followed.chain_started if settled is not None and followed else now
             entry = OpenFailure(
@@ -232,6 +258,8 @@ class FollowupBook:
             self._insert(entry)
             if self.publish is not None:
                 self.publish({"op": "open", "entry": asdict(entry)})
+            if self.shared is not None:
+                self.shared.opened(entry, attempt.started)
         return settled
 
     def sweep(self) -> int:
@@ -241,7 +269,9 @@ class FollowupBook:
         for key in expired:
             entry = self._remove(key)
             if entry.origin == self.origin:
-                self._count(entry, Outcome.ABANDONED)
+                self._count(entry, Outcome.ABANDONED, None)
+        if self.shared is not None:
+            self.shared.sweep()  # the store counts the fleet's abandonments, each once
         return len(expired)
 
     def apply(self, event: dict[str, Any]) -> None:
@@ -294,14 +324,18 @@ class FollowupBook:
             for (route, code), stats in self._stats.items()
         ]
 
-    def _count(self, entry: OpenFailure, outcome: Outcome) -> None:
-        self._stats_for(entry).outcomes[outcome.value] += 1
+    def _count(self, entry: OpenFailure, outcome: Outcome, recovery_s: float | None) -> None:
+        """In this process's tallies; in Prometheus too, unless a fleet store counts it (and
+        then Prometheus counts what the store grants: gateway.feedback.shared)."""
+        stats = self._stats_for(entry)
+        stats.outcomes[outcome.value] += 1
+        if recovery_s is not None:
+            stats.recovery_ms.append(recovery_s * 1000)
+        if self.shared is not None:
+            return  # the store counts it, once fleet-wide (gateway.feedback.shared)
         count_followup(entry.route, entry.code, outcome.value)
-
-    def _observe_recovery(self, entry: OpenFailure, now: float) -> None:
-        seconds = max(0.0, now - entry.chain_started)
-        self._stats_for(entry).recovery_ms.append(seconds * 1000)
-        RECOVERY_SECONDS.labels(route=entry.route, code=entry.code).observe(seconds)
+        if recovery_s is not None:
+            RECOVERY_SECONDS.labels(route=entry.route, code=entry.code).observe(recovery_s)
 
     def _stats_for(self, entry: OpenFailure) -> CodeStats:
         stats = self._stats.get((entry.route, entry.code))

@@ -8,6 +8,7 @@ top of it, so a team knows which rule to write next.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import regex
@@ -62,9 +63,13 @@ class SignatureBook:
     def __init__(self, capacity: int = 200) -> None:
         self.capacity = capacity
         self._counts: dict[Signature, int] = {}
+        self.shared: Callable[[Signature], None] | None = None
+        """Told of every signature when a fleet store counts them too (gateway.feedback.shared)."""
 
     def record(self, route: str, status: str, message: str) -> None:
         signature = Signature(route, status, normalise(message))
+        if self.shared is not None:
+            self.shared(signature)
         if signature in self._counts:
             self._counts[signature] += 1
         elif len(self._counts) < self.capacity:

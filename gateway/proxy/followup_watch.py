@@ -50,7 +50,12 @@ class Watch:
 
     def end(self, status: int) -> None:
         record = self.ctx.record
-        if self.followed is None and record.failure_code is None:
+        # With a fleet store, on a route with failures open, a success that follows none this
+        # process has heard of is told to the store, which may hold one (docs/operations.md#fleet).
+        shared = self.book.shared is not None and self.book.watching(self.ctx.route.spec.name)
+        if self.followed is None and shared:
+            self.followed = self._news_since_begin()
+        if self.followed is None and record.failure_code is None and not shared:
             return
         attempt = Attempt(self.key, self._identity(), self.ctx.route.spec.name, record.started)
         answered = Answered(
@@ -63,6 +68,13 @@ class Watch:
         settled = self.book.settle(attempt, answered, record.request_id, self.followed)
         if settled is not None:
             record.follows, record.followup = settled.follows, settled.outcome.value
+
+    def _news_since_begin(self) -> OpenFailure | None:
+        """With a fleet store, a failure another process answered before this request began
+        may be heard of only while it runs: it is still the one this request follows
+        (docs/operations.md#fleet). This process's own were all known at the start."""
+        entry = self.book.pending(self.key)
+        return entry if entry is not None and entry.origin != self.book.origin else None
 
     def _identity(self) -> str:
         """The key plus what makes a request different: its body and its credentials."""

@@ -9,7 +9,10 @@ listener on a non-loopback address is warned about at start (docs/security.md#ad
 
 One gateway process serves it from its own state. Under `serve --workers N` the supervisor
 serves it instead (gateway.serve.workers), from sources that span every worker: the same app, given
-the metrics body, the gaps, the follow-up tables and the worker list as functions.
+the metrics body, the gaps, the follow-up tables and the worker list as functions. With a
+fleet store (`fleet:`), /gaps and /followups answer for the whole fleet from the store, and
+each answer's `scope` says which: `fleet`, `workers` (one host's) or `process`
+(docs/operations.md#fleet).
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from aiohttp import hdrs, web
 
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TokenError, read_tokens
-from gateway.feedback.followups import FollowupBook
+from gateway.feedback.followups import FollowupBook, rank
+from gateway.feedback.shared import SharedTracking
 from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.feedback.store import StoreDown
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.resolve.auth import TokenFile
 from gateway.serve.listeners import is_loopback
@@ -35,10 +40,13 @@ log = logging.getLogger("mendpoint")
 
 ReadyCheck = Callable[[], bool]
 Ranked = Sequence[tuple[Signature, int]]
-GapsSource = Callable[[int], Awaitable[Ranked]]
+Scope = dict[str, object]
+"""Whose figures an answer holds: {"scope": "fleet"|"workers"|"process", ...} and, while a
+configured store is down, why the figures are this process's alone."""
+GapsSource = Callable[[int], Awaitable[tuple[Ranked, Scope]]]
 Details = Callable[[], dict[str, object]]
-FollowupTable = tuple[float, list[dict[str, object]]]
-"""The window in seconds and the ranked rows (gateway.feedback.followups.rank)."""
+FollowupTable = tuple[float, list[dict[str, object]], Scope]
+"""The window in seconds, the ranked rows (gateway.feedback.followups.rank) and their scope."""
 FollowupsSource = Callable[[], Awaitable[FollowupTable]]
 READY_CHECK: web.AppKey[ReadyCheck] = web.AppKey("mendpoint_ready_check")
 GAPS: web.AppKey[GapsSource] = web.AppKey("mendpoint_gaps")
@@ -56,17 +64,21 @@ def build_admin_app(
     details: Details | None = None,
     followups: FollowupBook | FollowupsSource | None = None,
     tokens: TokenFile | None = None,
+    shared: SharedTracking | None = None,
 ) -> web.Application:
     """`signatures` is this process's book, or a function ranking gaps from elsewhere;
     `details` adds fields (the supervisor's worker list) to the /readyz answer; `tokens`, the
-    bearer tokens every path but the probes' requires."""
+    bearer tokens every path but the probes' requires; `shared`, the fleet store the books
+    count in, which answers while it is up."""
     app = web.Application(middlewares=[_token_required(tokens)] if tokens is not None else [])
     app[READY_CHECK] = is_ready
-    app[GAPS] = _local(signatures) if isinstance(signatures, SignatureBook) else signatures
+    app[GAPS] = (
+        local_gaps(signatures, shared) if isinstance(signatures, SignatureBook) else signatures
+    )
     app[METRICS] = metrics
     app[DETAILS] = details
     app[FOLLOWUPS] = (
-        _local_followups(followups) if isinstance(followups, FollowupBook) else followups
+        local_followups(followups, shared) if isinstance(followups, FollowupBook) else followups
     )
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
@@ -119,18 +131,48 @@ def warn_if_exposed(host: str, tokens: TokenFile | None) -> None:
         )
 
 
-def _local_followups(book: FollowupBook) -> FollowupsSource:
+PROCESS: Scope = {"scope": "process"}
+
+
+def store_down(reason: str) -> Scope:
+    return {
+        "scope": "process",
+        "store": "unreachable",
+        "note": f"the fleet store does not answer ({reason}): these are this process's own "
+        "figures until it returns (docs/operations.md#fleet)",
+    }
+
+
+def local_followups(book: FollowupBook, shared: SharedTracking | None = None) -> FollowupsSource:
+    """The fleet's table while the store answers; else this process's (saying so)."""
+
     async def table() -> FollowupTable:
-        return book.settings.window_s, book.table()
+        scope = PROCESS
+        if shared is not None:
+            book.sweep()
+            try:
+                return book.settings.window_s, rank(await shared.rows()), FLEET
+            except StoreDown as exc:
+                scope = store_down(str(exc))
+        return book.settings.window_s, book.table(), scope
 
     return table
 
 
-def _local(book: SignatureBook) -> GapsSource:
-    async def top(limit: int) -> Ranked:
-        return book.top(limit)
+def local_gaps(book: SignatureBook, shared: SharedTracking | None = None) -> GapsSource:
+    async def top(limit: int) -> tuple[Ranked, Scope]:
+        scope = PROCESS
+        if shared is not None:
+            try:
+                return await shared.gaps(limit), FLEET
+            except StoreDown as exc:
+                scope = store_down(str(exc))
+        return book.top(limit), scope
 
     return top
+
+
+FLEET: Scope = {"scope": "fleet", "store": "redis"}
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -158,13 +200,13 @@ async def _gaps(request: web.Request) -> web.Response:
         limit = max(1, min(MAX_GAPS, int(request.query.get("limit", "20"))))
     except ValueError:
         return web.json_response({"error": "limit must be an integer"}, status=400)
-    top = await request.app[GAPS](limit)
+    top, scope = await request.app[GAPS](limit)
     payload = [
         {"route": s.route, "status": s.status, "signature": s.text, "count": count}
         for s, count in top
     ]
     return web.Response(
-        body=json.dumps({"signatures": payload}, ensure_ascii=False).encode(),
+        body=json.dumps({"signatures": payload, **scope}, ensure_ascii=False).encode(),
         content_type="application/json",
     )
 
@@ -174,9 +216,10 @@ async def _followups(request: web.Request) -> web.Response:
     source = request.app[FOLLOWUPS]
     if source is None:
         return web.json_response({"error": "follow-up tracking is not available here"}, status=404)
-    window_s, rows = await source()
+    window_s, rows, scope = await source()
+    answer = {"window_s": window_s, "codes": rows, **scope}
     return web.Response(
-        body=json.dumps({"window_s": window_s, "codes": rows}, ensure_ascii=False).encode(),
+        body=json.dumps(answer, ensure_ascii=False).encode(),
         content_type="application/json",
     )
 

@@ -24,6 +24,7 @@ from gateway.config.loader import load_config
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import GatewayConfig
 from gateway.config.watch import ConfigWatcher
+from gateway.feedback import shared
 from gateway.feedback.capture import Captures
 from gateway.feedback.followups import FollowupBook
 from gateway.feedback.signatures import SignatureBook
@@ -124,7 +125,15 @@ async def _close_resolver(app: web.Application) -> None:
 
 
 # Settings read once when the server starts; a reload that changes them is logged, not applied.
-RESTART_ONLY = ("listen", "admin", "admin_token_file", "workers", "limits", "shutdown")
+RESTART_ONLY = (
+    "listen",
+    "admin",
+    "admin_token_file",
+    "workers",
+    "limits",
+    "shutdown",
+    "fleet",
+)
 
 
 class GatewayServer:
@@ -135,6 +144,7 @@ class GatewayServer:
         self.config_path = config_path
         self.signatures = SignatureBook()
         self.followups = FollowupBook(loaded.config.followups, origin=os.getpid())
+        self.shared = shared.connect(loaded, self.followups, self.signatures)
         self.app = build_app(loaded, self.signatures, self.followups)
         limits = loaded.config.limits
         self.runner = web.AppRunner(
@@ -201,6 +211,8 @@ class GatewayServer:
         sibling_socket = bridge_owners.own_socket()
         if sibling_socket is not None:  # a worker: its siblings relay bridge sessions here
             await web.UnixSite(self.runner, sibling_socket).start()
+        if self.shared is not None:
+            await self.shared.store.start(self.shared.received)
         if admin is not None:
             self.admin_address = await self._start_admin(admin)
         self._set_ready(True)
@@ -214,7 +226,11 @@ class GatewayServer:
         warn_if_exposed(host, tokens)
         self.admin_runner = web.AppRunner(
             build_admin_app(
-                lambda: self.ready, self.signatures, followups=self.followups, tokens=tokens
+                lambda: self.ready,
+                self.signatures,
+                followups=self.followups,
+                tokens=tokens,
+                shared=self.shared,
             ),
             access_log=None,
         )
@@ -304,6 +320,8 @@ class GatewayServer:
                 cut.cancel()
         if self.admin_runner is not None:
             await self.admin_runner.cleanup()
+        if self.shared is not None:
+            await self.shared.store.close()  # what is queued is sent if the store answers
         for task in list(self._retired):
             task.cancel()
 

@@ -43,18 +43,18 @@ from aiohttp import web
 
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import ShutdownSpec
-from gateway.feedback.followups import merge
-from gateway.feedback.signatures import Signature
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
 from gateway.serve import listeners, process_tuning
 from gateway.serve.admin import (
     FollowupTable,
     Ranked,
+    Scope,
     admin_tokens,
     build_admin_app,
     warn_if_exposed,
 )
 from gateway.serve.worker_process import STABLE_S, Worker, backoff_s, describe_exit
+from gateway.serve.worker_tables import workers_followups, workers_gaps
 from gateway.serve.workers import LINK_LIMIT, MetricsDir, format_host_port, reserve
 from gateway.telemetry.multiprocess import (
     MULTIPROC_DIR_ENV,
@@ -380,41 +380,20 @@ class Supervisor:
             )
         return {"workers": rows}
 
-    async def gaps(self, limit: int) -> Ranked:
-        """Every worker's table, counts summed per signature; a worker that does not answer
-        within `ASK_TIMEOUT_S` is left out (and logged)."""
+    async def gaps(self, limit: int) -> tuple[Ranked, Scope]:
+        """Every worker's table, counts summed per signature (gateway.serve.worker_tables); a
+        worker that does not answer within `ASK_TIMEOUT_S` is left out (and logged)."""
         answers = await asyncio.gather(
             *(self._ask(w, "gaps") for w in self._workers.values() if w.attached)
         )
-        tables = [a["gaps"] for a in answers if isinstance(a.get("gaps"), list)]
-        totals: dict[Signature, int] = {}
-        for rows in tables:
-            for row in rows:
-                if (
-                    isinstance(row, list)
-                    and len(row) == 4
-                    and all(isinstance(v, str) for v in row[:3])
-                    and isinstance(row[3], int)
-                ):
-                    signature = Signature(row[0], row[1], row[2])
-                    totals[signature] = totals.get(signature, 0) + row[3]
-        ranked = sorted(
-            totals.items(), key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text)
-        )
-        return ranked[:limit]
+        return workers_gaps(answers, limit)
 
     async def followups(self) -> FollowupTable:
         """Every worker's follow-up rows, summed per route and code (gateway.feedback.followups)."""
         answers = await asyncio.gather(
             *(self._ask(w, "followups") for w in self._workers.values() if w.attached)
         )
-        window_s, tables = 0.0, []
-        for answer in answers:
-            table = answer.get("followups")
-            if isinstance(table, dict) and isinstance(table.get("rows"), list):
-                window_s = max(window_s, float(table.get("window_s", 0)))
-                tables.append([r for r in table["rows"] if isinstance(r, dict)])
-        return window_s, merge(tables)
+        return workers_followups(answers)
 
     async def _ask(self, worker: Worker, op: str) -> dict[str, Any]:
         """One question to one worker; its answer, or {} when it gives none in time."""

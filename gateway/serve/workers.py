@@ -6,8 +6,10 @@
   line, and its worker side (`WorkerLink`):
 
       worker -> supervisor   {"ready": true|false}          on attach and on every change
-                             {"id": N, "gaps": [[route, status, text, count], ...]}
-                             {"id": N, "followups": {"window_s": W, "rows": [...]}}
+                             {"id": N, "gaps": [[route, status, text, count], ...],
+                              "scope": {...}}
+                             {"id": N, "followups": {"window_s": W, "rows": [...],
+                              "scope": {...}}}   scope "fleet": the store's, not summed
                              {"followup": {"op": "open"|"close", ...}}  (feedback.followups)
       supervisor -> worker   {"id": N, "op": "gaps"|"followups"}
                              {"followup": ...}   another worker's, passed on to every other one
@@ -41,7 +43,8 @@ from typing import Any, Literal
 
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import MAX_WORKERS
-from gateway.serve.admin import MAX_GAPS
+from gateway.feedback.store import StoreDown
+from gateway.serve.admin import FLEET, MAX_GAPS, PROCESS, local_gaps, store_down
 from gateway.serve.app import GatewayServer
 from gateway.serve.listeners import is_any_ipv6
 
@@ -116,6 +119,7 @@ class WorkerLink:
         self._fd = fd
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
+        self._asked: set[asyncio.Task[None]] = set()
 
     async def attach(self, server: GatewayServer, stop_now: Callable[[], None]) -> None:
         os.set_inheritable(self._fd, False)  # not into MCP bridge children
@@ -151,15 +155,28 @@ class WorkerLink:
     def _answer(self, message: dict[str, Any], server: GatewayServer) -> None:
         if isinstance(message.get("followup"), dict):
             server.followups.apply(message["followup"])
-        elif message.get("op") == "gaps":
-            top = server.signatures.top(MAX_GAPS)
+        elif message.get("op") in ("gaps", "followups"):
+            # With a fleet store the answer is the store's, read within fleet.timeout_ms.
+            task = asyncio.get_running_loop().create_task(self._table(message, server))
+            self._asked.add(task)
+            task.add_done_callback(self._asked.discard)
+
+    async def _table(self, message: dict[str, Any], server: GatewayServer) -> None:
+        if message.get("op") == "gaps":
+            top, scope = await local_gaps(server.signatures, server.shared)(MAX_GAPS)
             rows = [[s.route, s.status, s.text, count] for s, count in top]
-            self._send({"id": message.get("id"), "gaps": rows})
-        elif message.get("op") == "followups":
-            book = server.followups
-            book.sweep()
-            table = {"window_s": book.settings.window_s, "rows": book.rows()}
-            self._send({"id": message.get("id"), "followups": table})
+            self._send({"id": message.get("id"), "gaps": rows, "scope": scope})
+            return
+        book = server.followups
+        book.sweep()
+        table: dict[str, object] = {"window_s": book.settings.window_s, "scope": PROCESS}
+        if server.shared is not None:
+            try:
+                table |= {"rows": await server.shared.rows(), "scope": FLEET}
+            except StoreDown as exc:
+                table["scope"] = store_down(str(exc))
+        table.setdefault("rows", book.rows())
+        self._send({"id": message.get("id"), "followups": table})
 
     async def close(self) -> None:
         if self._task is not None:

@@ -153,6 +153,23 @@ FOLLOWUPS_EVICTED = Counter(
     ["route"],
     registry=REGISTRY,
 )
+STORE_UP = Gauge(
+    "mendpoint_fleet_store_up",
+    "1 while the fleet store (fleet.redis) answers; 0 while follow-ups and gaps are per process",
+    registry=REGISTRY,
+    multiprocess_mode="livemin",
+)
+STORE_DEGRADED = Counter(
+    "mendpoint_fleet_store_degraded_total",
+    "Times the fleet store stopped answering within fleet.timeout_ms and tracking fell back to "
+    "per process",
+    registry=REGISTRY,
+)
+STORE_DROPPED = Counter(
+    "mendpoint_fleet_store_dropped_total",
+    "Store writes dropped unsent because fleet.queue_max were already waiting for the store",
+    registry=REGISTRY,
+)
 RESOLVER_LATENCY = Histogram(
     "mendpoint_resolver_latency_seconds",
     "Time spent resolving recovery options",

@@ -503,6 +503,40 @@ CASES: dict[str, Bad] = {
         "invalid YAML",
         files={"pack.yaml": "rules:\n  - id: a: b\n"},
     ),
+    # --- fleet (docs/configuration.md#fleet) ---------------------------------------------
+    "fleet-password-in-url": Bad(
+        HEAD + "fleet:\n  redis: redis://user:hunter2@127.0.0.1:6379/0\n",
+        "gateway.yaml:5: fleet.redis",
+        "password_file",
+    ),
+    "fleet-not-a-redis-url": Bad(
+        HEAD + "fleet:\n  redis: http://127.0.0.1:6379\n", "gateway.yaml:5: fleet.redis", ""
+    ),
+    "fleet-unknown-key": Bad(
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  pasword_file: p\n",
+        "gateway.yaml:6: fleet.pasword_file",
+        "",
+    ),
+    "fleet-tls-without-rediss": Bad(
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  tls: {insecure: true}\n",
+        "gateway.yaml:4: fleet",
+        "rediss://",
+    ),
+    "fleet-missing-password-file": Bad(
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  password_file: nope.txt\n",
+        "gateway.yaml:6: fleet.password_file",
+        "cannot read @DIR@/nope.txt",
+    ),
+    "fleet-bad-timeout": Bad(
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  timeout_ms: 0\n",
+        "gateway.yaml:6: fleet.timeout_ms",
+        "",
+    ),
+    "fleet-tls-file-unreadable": Bad(
+        HEAD + "fleet:\n  redis: rediss://127.0.0.1:6380/0\n  tls: {ca_file: none.pem}\n",
+        "gateway.yaml:6: fleet.tls",
+        "cannot read a TLS file",
+    ),
     "pack-top-level-sequence": Bad(
         HEAD + "include: [pack.yaml]\n",
         "pack.yaml:1",

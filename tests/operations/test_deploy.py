@@ -67,6 +67,10 @@ def test_the_expected_objects_exist() -> None:
         ("Secret", "mendpoint-admin-token"),
         ("Secret", "orders-mendpoint-admin-token"),
         ("NetworkPolicy", "mendpoint-resolver"),
+        ("Deployment", "mendpoint-redis"),
+        ("Service", "mendpoint-redis"),
+        ("Secret", "mendpoint-redis-password"),
+        ("NetworkPolicy", "mendpoint-redis"),
     } <= kinds
 
 
@@ -94,6 +98,11 @@ def test_mendpoint_container_args_parse_and_configs_load(
                 monkeypatch.setenv(TOKEN_ENV, str(mounted[resolver_spec["token_file"]]))
             if "admin_token_file" in config:
                 monkeypatch.setenv(ADMIN_TOKEN_ENV, str(mounted[config["admin_token_file"]]))
+            if "password_file" in config.get("fleet", {}):  # the Pod's path, as above
+                fleet = config["fleet"] | {
+                    "password_file": str(mounted[config["fleet"]["password_file"]])
+                }
+                config_path.write_text(yaml.safe_dump(config | {"fleet": fleet}))
             if "--token-file" in argv:
                 assert read_tokens(str(mounted[argv[argv.index("--token-file") + 1]]))
             loaded = (load_catalog if argv[0] == "resolver" else load_config)(str(config_path))
@@ -255,8 +264,9 @@ def test_the_resolver_token_comes_from_one_secret_in_both_deployments(tmp_path: 
         assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
 
 
-def test_only_gateway_pods_may_reach_the_resolver() -> None:
-    (policy,) = objects("NetworkPolicy").values()
+@pytest.mark.parametrize("policy_name", ["mendpoint-resolver", "mendpoint-redis"])
+def test_only_gateway_pods_may_reach_the_resolver_and_the_store(policy_name: str) -> None:
+    policy = objects("NetworkPolicy")[policy_name]
     deployments = objects("Deployment")
     labels = {name: d["spec"]["template"]["metadata"]["labels"] for name, d in deployments.items()}
     spec = policy["spec"]
@@ -264,7 +274,7 @@ def test_only_gateway_pods_may_reach_the_resolver() -> None:
     selected = [
         n for n, lab in labels.items() if spec["podSelector"]["matchLabels"].items() <= lab.items()
     ]
-    assert selected == ["mendpoint-resolver"]
+    assert selected == [policy_name]
     (rule,) = spec["ingress"]
     (peer,) = rule["from"]
     assert set(peer) == {"podSelector"}  # same namespace, no ipBlock, no other namespaces
@@ -272,8 +282,11 @@ def test_only_gateway_pods_may_reach_the_resolver() -> None:
         n for n, lab in labels.items() if peer["podSelector"]["matchLabels"].items() <= lab.items()
     ]
     assert admitted == ["mendpoint-gateway"]
-    ports = {p["name"] for p in containers(deployments["mendpoint-resolver"])[0]["ports"]}
-    assert [p["port"] for p in rule["ports"]] == list(ports)
+    ports = containers(deployments[policy_name])[0]["ports"]
+    assert [p["port"] for p in rule["ports"]] in (
+        [p["name"] for p in ports],
+        [p["containerPort"] for p in ports],
+    )
 
 
 def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:

@@ -1,0 +1,179 @@
+"""The Lua the fleet store runs: one script per write, atomic on the Redis server
+(docs/operations.md#fleet; the callers are gateway.feedback.shared).
+
+Each takes one JSON argument. An open failure is stored as JSON under `{p}:fu:open:<key>`
+with its request id, route, code, rule, digests, whether it is retryable, its advised delay,
+and three Unix-millisecond times: when its request started, when it was answered, and when
+its chain of failures began. Outcomes follow the table of gateway.feedback.followups.decide.
+
+- `open`: stores a failure, counts it, and publishes it. One already under the key is settled
+  as followed by this one (or, when its news came later than this one's, as its follow-up);
+  a success remembered under `{p}:fu:ok:<key>` that began after this failure settles it.
+- `follow`: settles the failure a request follows: the one the replica matched, if still
+  open; else the latest under the key that began before the request. A success that finds
+  none is remembered for a few seconds, for the failure whose news is on its way.
+- `sweep`: failures past their deadline, counted abandoned once.
+- `gap`: an unmatched signature in a bounded top-N (space-saving).
+"""
+
+from __future__ import annotations
+
+SCRIPTS = {
+    "open": """
+local a = cjson.decode(ARGV[1])
+local e, sep = a.entry, a.sep
+local function count(route, code, field)
+  redis.call('HINCRBY', KEYS[3], route .. sep .. code .. sep .. field, 1)
+end
+local function decide(p, f)  -- p followed up by f, a failure (gateway.feedback.followups.decide)
+  if p.identity == f.identity then
+    if not p.retryable then return 'retried_unchanged' end
+    if f.started_wall_ms - p.answered_wall_ms < p.retry_after_ms then
+      return 'retried_too_early'
+    end
+    return 'retried_as_advised'
+  end
+  if f.code == p.code then return 'failed_again_same_code' end
+  return 'failed_differently'
+end
+local function opened(f)
+  count(f.route, f.code, 'failures')
+  redis.call('HSET', KEYS[4], f.route .. sep .. f.code .. sep, f.rule)
+  redis.call('EXPIRE', KEYS[3], a.counts_ttl_s)
+  redis.call('EXPIRE', KEYS[4], a.counts_ttl_s)
+end
+local settled = false
+local found = redis.call('GET', KEYS[1])
+if found then
+  local p = cjson.decode(found)
+  if p.request_id == e.request_id then return false end  -- a replay of a write that landed
+  if p.started_wall_ms > e.started_wall_ms then
+    -- This failure's news is later than its follow-up's: p follows e, and stays open.
+    opened(e)
+    local outcome = decide(e, p)
+    count(e.route, e.code, outcome)
+    if e.chain_wall_ms < p.chain_wall_ms then
+      p.chain_wall_ms = e.chain_wall_ms
+      redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
+    end
+    redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'open', from = '', entry = p}))
+    return {e.route, e.code, outcome}
+  end
+  local outcome = 'abandoned'
+  if e.started_wall_ms - p.answered_wall_ms <= a.window_ms then
+    outcome = decide(p, e)
+    e.chain_wall_ms = p.chain_wall_ms
+  end
+  count(p.route, p.code, outcome)
+  settled = {p.route, p.code, outcome}
+end
+opened(e)
+local ok = redis.call('GET', KEYS[6])
+if ok then  -- a success that began after this failure, heard of first: its follow-up
+  local s = cjson.decode(ok)
+  if s.started_wall_ms > e.started_wall_ms
+      and s.started_wall_ms - e.answered_wall_ms <= a.window_ms then
+    redis.call('DEL', KEYS[6])
+    local outcome = 'recovered'
+    if s.identity == e.identity then
+      outcome = e.retryable and 'retried_as_advised' or 'retried_unchanged'
+    end
+    count(e.route, e.code, outcome)
+    local recovery_ms = math.max(0, s.now_ms - e.chain_wall_ms)
+    local samples = KEYS[7] .. e.route .. sep .. e.code
+    redis.call('LPUSH', samples, recovery_ms)
+    redis.call('LTRIM', samples, 0, a.samples - 1)
+    redis.call('EXPIRE', samples, a.counts_ttl_s)
+    redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'close', from = '', key = a.key,
+      request_id = e.request_id}))
+    if settled then return {settled[1], settled[2], settled[3], e.route, e.code, outcome} end
+    return {e.route, e.code, outcome}
+  end
+end
+redis.call('SET', KEYS[1], cjson.encode(e), 'PX', a.ttl_ms)
+redis.call('ZADD', KEYS[2], a.deadline_ms, a.key)
+redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}))
+return settled
+""",
+    "follow": """
+local a = cjson.decode(ARGV[1])
+local f, sep = a.attempt, a.sep
+local found = redis.call('GET', KEYS[1])
+local p = found and cjson.decode(found)
+local outcome = false
+if p and a.request_id ~= cjson.null and p.request_id == a.request_id then
+  outcome = a.outcome  -- the failure the replica matched: its decision
+elseif p and p.started_wall_ms < f.started_wall_ms
+    and f.started_wall_ms - p.answered_wall_ms <= a.window_ms then
+  -- A later failure under the key, whose news had not reached the replica: this request
+  -- follows that one (gateway.followups.decide).
+  if p.identity == f.identity then
+    if not p.retryable then outcome = 'retried_unchanged'
+    elseif f.status < 400 then outcome = 'retried_as_advised'
+    elseif f.started_wall_ms - p.answered_wall_ms < p.retry_after_ms then
+      outcome = 'retried_too_early'
+    else outcome = 'retried_as_advised' end
+  elseif f.status < 400 then outcome = 'recovered'
+  elseif f.code == p.code then outcome = 'failed_again_same_code'
+  else outcome = 'failed_differently' end
+end
+if not outcome then
+  if f.status < 400 then
+    -- The failure it follows may still be on its way: the open that brings it finds this
+    -- success and settles it (a few seconds' memory).
+    redis.call('SET', KEYS[6], cjson.encode({identity = f.identity,
+      started_wall_ms = f.started_wall_ms, now_ms = a.now_ms}), 'PX', a.remember_ms)
+  end
+  return false
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], a.key)
+redis.call('HINCRBY', KEYS[3], p.route .. sep .. p.code .. sep .. outcome, 1)
+redis.call('EXPIRE', KEYS[3], a.counts_ttl_s)
+local recovery_ms = ''
+if f.status < 400 then
+  recovery_ms = math.max(0, a.now_ms - p.chain_wall_ms)
+  local samples = KEYS[4] .. p.route .. sep .. p.code
+  redis.call('LPUSH', samples, recovery_ms)
+  redis.call('LTRIM', samples, 0, a.samples - 1)
+  redis.call('EXPIRE', samples, a.counts_ttl_s)
+end
+redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'close', from = a.from, key = a.key,
+  request_id = p.request_id}))
+return {p.route, p.code, outcome, tostring(recovery_ms)}
+""",
+    "sweep": """
+local a = cjson.decode(ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', a.now_ms, 'LIMIT', 0, a.limit)
+local out = {}
+for _, key in ipairs(due) do
+  redis.call('ZREM', KEYS[1], key)
+  local found = redis.call('GET', a.open_prefix .. key)
+  if found then
+    local e = cjson.decode(found)
+    if e.answered_wall_ms + a.window_ms <= a.now_ms then
+      redis.call('DEL', a.open_prefix .. key)
+      redis.call('HINCRBY', KEYS[2], e.route .. a.sep .. e.code .. a.sep .. 'abandoned', 1)
+      table.insert(out, e.route)
+      table.insert(out, e.code)
+    else  -- a later failure under the key: due at its own deadline
+      redis.call('ZADD', KEYS[1], e.answered_wall_ms + a.window_ms, key)
+    end
+  end
+end
+return out
+""",
+    "gap": """
+local a = cjson.decode(ARGV[1])
+if redis.call('ZSCORE', KEYS[1], a.member) then
+  redis.call('ZINCRBY', KEYS[1], 1, a.member)
+elseif redis.call('ZCARD', KEYS[1]) < a.capacity then
+  redis.call('ZADD', KEYS[1], 1, a.member)
+else
+  local floor = redis.call('ZPOPMIN', KEYS[1], 1)
+  redis.call('ZADD', KEYS[1], tonumber(floor[2]) + 1, a.member)
+end
+redis.call('EXPIRE', KEYS[1], a.counts_ttl_s)
+return 1
+""",
+}

@@ -1,0 +1,293 @@
+"""Follow-ups and gaps counted for the fleet: what the books send to the store, what they get
+back, and the fleet-wide tables (docs/operations.md#fleet).
+
+Each outcome is counted where the store decides it, exactly once fleet-wide, by the scripts of
+gateway.feedback.fleet_scripts: a failure's open, the settlement a follow-up claims, the sweep
+of failures past their window, an unmatched signature. Every replica puts what the others
+open and close into its own `FollowupBook` (`received`, as a sibling worker's), so matching a
+follow-up stays a dictionary lookup where it arrives; a follow-up that outruns the news of its
+failure is matched in the store instead.
+
+Prometheus counts what the store granted, in the replica it granted it to, so the store's
+tables and the sum of the replicas' counters agree. The book still counts in its own tallies:
+they are what /followups shows while the store is down. Times cross machines as Unix
+milliseconds: monotonic clocks are per machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.config.loaded import LoadedConfig
+from gateway.feedback.fleet_scripts import SCRIPTS
+from gateway.feedback.followups import Answered, Attempt, FollowupBook, OpenFailure, Outcome
+from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.feedback.store import (
+    COUNTS_TTL_S,
+    KEY_MARGIN_MS,
+    RECOVERY_SAMPLES,
+    SEP,
+    SWEEP_LIMIT,
+    FleetStore,
+    Operation,
+)
+from gateway.telemetry.metrics import RECOVERY_SECONDS, count_followup
+
+Ranked = list[tuple[Signature, int]]
+OUTCOMES = frozenset(o.value for o in Outcome)
+SUCCESS_MEMORY_MS = 5000
+"""How long the store remembers a success that followed no failure it knew of, for the news
+of one that was on its way (docs/operations.md#fleet)."""
+
+
+def wall_ms(monotonic: float, clock: Callable[[], float]) -> int:
+    """A time of `clock` (the book's monotonic clock) as Unix milliseconds."""
+    return round((time.time() - (clock() - monotonic)) * 1000)
+
+
+def local_time(wall: float, clock: Callable[[], float]) -> float:
+    """Unix milliseconds as a time of `clock`."""
+    return clock() - (time.time() - wall / 1000)
+
+
+class SharedTracking:
+    """The store's side of one process's `FollowupBook` and `SignatureBook`."""
+
+    def __init__(self, store: FleetStore, book: FollowupBook, gaps_capacity: int) -> None:
+        self.store = store
+        self.book = book
+        self.gaps_capacity = gaps_capacity
+
+    @property
+    def up(self) -> bool:
+        return self.store.up
+
+    # -- what the books send ---------------------------------------------------------------
+
+    def opened(self, entry: OpenFailure, started: float) -> None:
+        """A failure answered to a request that started at `started` (the book's clock)."""
+        keys = self.store.keys
+        clock = self.book.clock
+        window_ms = round(self.book.settings.window_s * 1000)
+        answered_ms = wall_ms(entry.answered_at, clock)
+        record = {
+            "key": entry.key,
+            "identity": entry.identity,
+            "request_id": entry.request_id,
+            "route": entry.route,
+            "code": entry.code,
+            "rule": entry.rule,
+            "retryable": entry.retryable,
+            "retry_after_ms": entry.retry_after_ms or 0,
+            "answered_wall_ms": answered_ms,
+            "chain_wall_ms": wall_ms(entry.chain_started, clock),
+            "started_wall_ms": wall_ms(started, clock),
+        }
+        arguments = {
+            "key": entry.key,
+            "entry": record,
+            "deadline_ms": answered_ms + window_ms,
+            "ttl_ms": window_ms + KEY_MARGIN_MS,
+            "window_ms": window_ms,
+            "counts_ttl_s": COUNTS_TTL_S,
+            "samples": RECOVERY_SAMPLES,
+            "from": self.store.replica,
+            "sep": SEP,
+        }
+        opened_keys = (
+            keys.open(entry.key),
+            keys.due,
+            keys.tally,
+            keys.rules,
+            keys.events,
+            keys.succeeded(entry.key),
+            keys.recovery_prefix,
+        )
+        self.store.enqueue(Operation("open", opened_keys, (json.dumps(arguments),), _settled))
+
+    def followed(
+        self,
+        attempt: Attempt,
+        answered: Answered,
+        entry: OpenFailure | None,
+        outcome: Outcome | None,
+    ) -> None:
+        """A request that follows `entry` (decided `outcome` here), or, with none, one that
+        may follow a failure this process has not heard of. The store settles the failure
+        once fleet-wide, and the replica it grants it to counts it in Prometheus."""
+        keys = self.store.keys
+        clock = self.book.clock
+        arguments = {
+            "key": attempt.key,
+            "request_id": None if entry is None else entry.request_id,
+            "outcome": None if outcome is None else outcome.value,
+            "attempt": {
+                "identity": attempt.identity,
+                "started_wall_ms": wall_ms(attempt.started, clock),
+                "status": answered.status,
+                "code": answered.code,
+            },
+            "now_ms": round(time.time() * 1000),
+            "window_ms": round(self.book.settings.window_s * 1000),
+            "samples": RECOVERY_SAMPLES,
+            "counts_ttl_s": COUNTS_TTL_S,
+            "remember_ms": SUCCESS_MEMORY_MS,
+            "from": self.store.replica,
+            "sep": SEP,
+        }
+        follow_keys = (
+            keys.open(attempt.key),
+            keys.due,
+            keys.tally,
+            keys.recovery_prefix,
+            keys.events,
+            keys.succeeded(attempt.key),
+        )
+        self.store.enqueue(Operation("follow", follow_keys, (json.dumps(arguments),), _won))
+
+    def sweep(self) -> None:
+        """Count the fleet's failures past their deadline abandoned (any replica may)."""
+        if not self.store.up:
+            return  # the first sweep after the store returns finds every one still due
+        keys = self.store.keys
+        arguments = {
+            "now_ms": round(time.time() * 1000),
+            "open_prefix": keys.open_prefix,
+            "limit": SWEEP_LIMIT,
+            "window_ms": round(self.book.settings.window_s * 1000),
+            "sep": SEP,
+        }
+        self.store.enqueue(
+            Operation("sweep", (keys.due, keys.tally), (json.dumps(arguments),), _abandoned)
+        )
+
+    def gap(self, signature: Signature) -> None:
+        member = json.dumps([signature.route, signature.status, signature.text])
+        arguments = {"member": member, "capacity": self.gaps_capacity, "counts_ttl_s": COUNTS_TTL_S}
+        self.store.enqueue(Operation("gap", (self.store.keys.gaps,), (json.dumps(arguments),)))
+
+    # -- what the others send --------------------------------------------------------------
+
+    def received(self, event: dict[str, Any]) -> None:
+        """Another replica's open or close, into this book as a sibling worker's would be."""
+        if event.get("op") == "close":
+            self.book.apply(event)
+            return
+        entry = event.get("entry")
+        if event.get("op") != "open" or not isinstance(entry, dict):
+            return
+        try:
+            answered = local_time(float(entry["answered_wall_ms"]), self.book.clock)
+            chain = local_time(float(entry["chain_wall_ms"]), self.book.clock)
+            replica = {
+                "key": str(entry["key"]),
+                "identity": str(entry["identity"]),
+                "request_id": str(entry["request_id"]),
+                "route": str(entry["route"]),
+                "code": str(entry["code"]),
+                "rule": str(entry["rule"]),
+                "retryable": bool(entry["retryable"]),
+                "retry_after_ms": entry["retry_after_ms"],
+                "answered_at": answered,
+                "chain_started": answered if chain >= answered else chain,
+                "origin": 0,  # another machine's: counted there, or by the store's sweep
+            }
+        except (KeyError, TypeError, ValueError):
+            return
+        self.book.apply({"op": "open", "entry": replica})
+
+    # -- the fleet's tables ----------------------------------------------------------------
+
+    async def rows(self) -> list[dict[str, Any]]:
+        """The fleet's unranked follow-up rows (gateway.feedback.followups.rank), or StoreDown."""
+        keys = self.store.keys
+        tally, rules = await self.store.bounded(_both(self.store, keys.tally, keys.rules))
+        by_code: dict[tuple[str, str], dict[str, Any]] = {}
+        for name, value in tally.items():
+            route, _, rest = name.partition(SEP)
+            code, _, field = rest.partition(SEP)
+            row = by_code.setdefault((route, code), _empty_row(route, code, rules))
+            if field == "failures" or field in OUTCOMES:
+                row[field] = row.get(field, 0) + int(value)
+        pipe = self.store.redis.pipeline(transaction=False)
+        for route, code in by_code:
+            pipe.lrange(keys.recovery(route, code), 0, RECOVERY_SAMPLES - 1)
+        samples = await self.store.bounded(pipe.execute()) if by_code else []
+        for row, values in zip(by_code.values(), samples, strict=True):
+            row["recovery_samples_ms"] = [float(v) for v in values]
+        return list(by_code.values())
+
+    async def gaps(self, limit: int) -> Ranked:
+        members = await self.store.bounded(
+            self.store.redis.zrevrange(self.store.keys.gaps, 0, limit - 1, withscores=True)
+        )
+        ranked: Ranked = []
+        for member, score in members:
+            try:
+                route, status, text = json.loads(member)
+            except (TypeError, ValueError):
+                continue
+            ranked.append((Signature(str(route), str(status), str(text)), int(score)))
+        ranked.sort(key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text))
+        return ranked
+
+
+async def _both(store: FleetStore, tally: str, rules: str) -> tuple[dict[str, str], dict[str, str]]:
+    pipe = store.redis.pipeline(transaction=False)
+    pipe.hgetall(tally)
+    pipe.hgetall(rules)
+    found, named = await pipe.execute()
+    return dict(found), dict(named)
+
+
+def _empty_row(route: str, code: str, rules: dict[str, str]) -> dict[str, Any]:
+    return {
+        "route": route,
+        "code": code,
+        "rule": rules.get(f"{route}{SEP}{code}{SEP}", ""),
+        "failures": 0,
+        **{o.value: 0 for o in Outcome},
+        "recovery_samples_ms": [],
+    }
+
+
+def _settled(result: object) -> None:
+    """Failures the store settled with this open (its predecessor, its successor, or itself by
+    a success heard of first), as (route, code, outcome) triples: counted here."""
+    if isinstance(result, list) and len(result) % 3 == 0:
+        for index in range(0, len(result), 3):
+            route, code, outcome = (str(v) for v in result[index : index + 3])
+            count_followup(route, code, outcome)
+
+
+def _won(result: object) -> None:
+    """A settlement the store granted this process: (route, code, outcome, recovery ms)."""
+    if isinstance(result, list) and len(result) == 4:
+        route, code, outcome = str(result[0]), str(result[1]), str(result[2])
+        count_followup(route, code, outcome)
+        if result[3] != "":
+            RECOVERY_SECONDS.labels(route=route, code=code).observe(float(result[3]) / 1000)
+
+
+def _abandoned(result: object) -> None:
+    if isinstance(result, list):
+        for route, code in zip(result[0::2], result[1::2], strict=True):
+            count_followup(str(route), str(code), Outcome.ABANDONED.value)
+
+
+def connect(
+    loaded: LoadedConfig, book: FollowupBook, signatures: SignatureBook
+) -> SharedTracking | None:
+    """The books of a gateway with `fleet:` joined to its store; None without one. The store
+    connects when `FleetStore.start` runs; until then (and while it is down) writes wait."""
+    spec = loaded.config.fleet
+    if spec is None:
+        return None
+    store = FleetStore(spec, loaded.fleet_password, SCRIPTS)
+    shared = SharedTracking(store, book, signatures.capacity)
+    book.shared = shared
+    signatures.shared = shared.gap
+    return shared

@@ -1,0 +1,73 @@
+"""The supervisor's /gaps and /followups: its workers' answers joined into one
+(docs/operations.md#workers).
+
+Without a fleet store each worker answers for itself and the tables are summed. With one,
+a worker's answer is already the fleet's (read from the store), so one is passed on: summing
+N of them would count every outcome N times (docs/operations.md#fleet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.feedback.followups import merge
+from gateway.feedback.signatures import Signature
+from gateway.serve.admin import FLEET, FollowupTable, Ranked, Scope
+
+
+def workers_gaps(answers: list[dict[str, Any]], limit: int) -> tuple[Ranked, Scope]:
+    """Counts summed per signature, or the one fleet answer; ranked, at most `limit`."""
+    fleet = [a for a in answers if scope_of(a) == "fleet" and isinstance(a.get("gaps"), list)]
+    tables = (
+        [fleet[0]["gaps"]]
+        if fleet
+        else [a["gaps"] for a in answers if isinstance(a.get("gaps"), list)]
+    )
+    totals: dict[Signature, int] = {}
+    for rows in tables:
+        for row in rows:
+            if (
+                isinstance(row, list)
+                and len(row) == 4
+                and all(isinstance(v, str) for v in row[:3])
+                and isinstance(row[3], int)
+            ):
+                signature = Signature(row[0], row[1], row[2])
+                totals[signature] = totals.get(signature, 0) + row[3]
+    ranked = sorted(
+        totals.items(), key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text)
+    )
+    return ranked[:limit], FLEET if fleet else workers_scope(answers)
+
+
+def workers_followups(answers: list[dict[str, Any]]) -> FollowupTable:
+    """Rows summed per route and code (gateway.feedback.followups.merge), or the one fleet
+    answer."""
+    window_s = 0.0
+    tables: list[list[dict[str, Any]]] = []
+    fleet: list[list[dict[str, Any]]] = []
+    scopes: list[dict[str, Any]] = []
+    for answer in answers:
+        table = answer.get("followups")
+        if isinstance(table, dict) and isinstance(table.get("rows"), list):
+            window_s = max(window_s, float(table.get("window_s", 0)))
+            rows = [r for r in table["rows"] if isinstance(r, dict)]
+            scopes.append(table)
+            (fleet if scope_of(table) == "fleet" else tables).append(rows)
+    if fleet:
+        return window_s, merge(fleet[:1]), FLEET
+    return window_s, merge(tables), workers_scope(scopes)
+
+
+def scope_of(answer: dict[str, Any]) -> object:
+    scope = answer.get("scope")
+    return scope.get("scope") if isinstance(scope, dict) else None
+
+
+def workers_scope(answers: list[dict[str, Any]]) -> Scope:
+    """This host's workers, summed; with the note of a worker whose store is down."""
+    for answer in answers:
+        scope = answer.get("scope")
+        if isinstance(scope, dict) and "note" in scope:
+            return {**scope, "scope": "workers"}
+    return {"scope": "workers"}

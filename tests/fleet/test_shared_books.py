@@ -1,0 +1,233 @@
+"""Two replicas' books on one real redis-server: what one opens the other matches, and each
+outcome is counted once however many replicas see it (docs/operations.md#fleet)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config.loader import load_config
+from gateway.config.models import FleetSpec, FollowupsSpec
+from gateway.feedback.fleet_scripts import SCRIPTS
+from gateway.feedback.followups import Answered, Attempt, FollowupBook
+from gateway.feedback.shared import OUTCOMES, SharedTracking
+from gateway.feedback.signatures import SignatureBook
+from gateway.feedback.store import FleetStore
+from gateway.telemetry.metrics import REGISTRY
+from tests.support.fleet import RedisServer, free_port
+
+WINDOW_S = 1.0
+Replica = tuple[FollowupBook, SharedTracking, SignatureBook]
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def until(check: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def replicas(
+    redis_server: RedisServer,
+) -> AsyncIterator[Callable[..., Awaitable[Replica]]]:
+    stores: list[FleetStore] = []
+
+    async def make(**fleet: Any) -> Replica:
+        book = FollowupBook(FollowupsSpec(window_s=WINDOW_S), origin=len(stores) + 1)
+        signatures = SignatureBook(capacity=4)
+        spec = FleetSpec(redis=redis_server.url, **({"key_prefix": "t"} | fleet))
+        store = FleetStore(spec, None, SCRIPTS)
+        shared = SharedTracking(store, book, signatures.capacity)
+        book.shared, signatures.shared = shared, shared.gap
+        await store.start(shared.received)
+        stores.append(store)
+        await until(lambda: store.up and store.subscribed)
+        return book, shared, signatures
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+def attempt(key: str, identity: str = "same", started: float | None = None) -> Attempt:
+    return Attempt(key, identity, "orders", time.monotonic() if started is None else started)
+
+
+BAD = Answered(400, "BAD_REQUEST", "bad", False, None)
+OK = Answered(201)
+
+
+async def settled_rows(shared: SharedTracking) -> dict[str, Any]:
+    rows = await shared.rows()
+    return {row["code"]: row for row in rows}
+
+
+async def test_a_failure_opened_on_one_replica_is_followed_up_on_the_other(
+    replicas: Callable[..., Awaitable[Replica]],
+) -> None:
+    (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
+    before = metric(
+        "mendpoint_followups_total", route="orders", code="BAD_REQUEST", outcome="recovered"
+    )
+    a.settle(attempt("k1"), BAD, "req-1", None)
+    await until(lambda: b.pending("k1") is not None)
+    followed = b.pending("k1")
+    assert followed is not None and followed.request_id == "req-1"
+    settled = b.settle(attempt("k1", "fixed"), OK, "req-2", followed)
+    assert settled is not None and settled.outcome.value == "recovered"
+    await until(lambda: a.pending("k1") is None)  # the close reached A too
+    await until(lambda: shared_b.store.waiting == 0)
+    rows = await settled_rows(shared_a)
+    assert rows["BAD_REQUEST"]["failures"] == 1
+    assert rows["BAD_REQUEST"]["recovered"] == 1
+    assert len(rows["BAD_REQUEST"]["recovery_samples_ms"]) == 1
+    # Past the window, neither replica's sweep counts it abandoned: it was settled.
+    await asyncio.sleep(WINDOW_S + 0.2)
+    a.sweep(), b.sweep()
+    await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
+    assert (await settled_rows(shared_b))["BAD_REQUEST"]["abandoned"] == 0
+    after = metric(
+        "mendpoint_followups_total", route="orders", code="BAD_REQUEST", outcome="recovered"
+    )
+    assert after - before == 1  # Prometheus: the one replica whose claim won
+
+
+async def test_two_replicas_settling_one_failure_count_one_outcome(
+    replicas: Callable[..., Awaitable[Replica]],
+) -> None:
+    (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
+    a.settle(attempt("k2"), BAD, "req-1", None)
+    await until(lambda: b.pending("k2") is not None)
+    # The same caller's retry reaches both replicas at once: each matches it locally.
+    a.settle(attempt("k2"), BAD, "req-2", a.pending("k2"))
+    b.settle(attempt("k2"), BAD, "req-3", b.pending("k2"))
+    await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
+    row = (await settled_rows(shared_a))["BAD_REQUEST"]
+    assert row["failures"] == 3
+    # req-1 is claimed once (the other claim finds it settled); req-3, stored after req-2,
+    # is req-2's follow-up there; nobody follows req-3.
+    assert row["retried_unchanged"] == 2
+    await asyncio.sleep(WINDOW_S + 0.1)
+    a.sweep()
+    await until(lambda: shared_a.store.waiting == 0)
+    row = (await settled_rows(shared_b))["BAD_REQUEST"]
+    outcomes = sum(v for k, v in row.items() if k in OUTCOMES)
+    assert (row["abandoned"], outcomes) == (1, 3)  # each failure exactly one outcome
+
+
+async def test_a_failure_nobody_follows_up_is_abandoned_once_fleet_wide(
+    replicas: Callable[..., Awaitable[Replica]],
+) -> None:
+    (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
+    a.settle(attempt("k3"), BAD, "req-1", None)
+    await until(lambda: b.pending("k3") is not None)
+    await asyncio.sleep(WINDOW_S + 0.1)
+    for _ in range(3):  # every replica sweeps, several times
+        a.sweep(), b.sweep()
+        await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
+    row = (await settled_rows(shared_b))["BAD_REQUEST"]
+    assert (row["failures"], row["abandoned"]) == (1, 1)
+
+
+async def test_gaps_are_one_bounded_table_for_the_fleet(
+    replicas: Callable[..., Awaitable[Replica]],
+) -> None:
+    (_, shared_a, gaps_a), (_, shared_b, gaps_b) = await replicas(), await replicas()
+    for _ in range(3):
+        gaps_a.record("orders", "400", "qty 5 must be positive")
+    gaps_b.record("orders", "400", "qty 7 must be positive")
+    for text in ("one", "two", "three", "four"):  # past the capacity of 4
+        gaps_b.record("orders", "409", text)
+    await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
+    ranked = await shared_a.gaps(10)
+    assert ranked == await shared_b.gaps(10)
+    assert len(ranked) == 4
+    top, count = ranked[0]
+    assert (top.route, top.status, top.text, count) == (
+        "orders",
+        "400",
+        "qty # must be positive",
+        4,
+    )
+
+
+async def test_a_store_that_stops_answering_degrades_and_resumes(
+    replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
+) -> None:
+    a, shared_a, _ = await replicas(timeout_ms=200)
+    before = metric("mendpoint_fleet_store_degraded_total")
+    assert redis_server.process is not None
+    redis_server.process.send_signal(19)  # SIGSTOP: connections stay open, nothing answers
+    try:
+        started = time.monotonic()
+        a.settle(attempt("k4"), BAD, "req-1", None)  # the request path: never waits
+        assert time.monotonic() - started < 0.05
+        await until(lambda: not shared_a.store.up)
+        assert metric("mendpoint_fleet_store_degraded_total") == before + 1
+        assert shared_a.store.waiting >= 1  # kept for the store's return
+    finally:
+        redis_server.process.send_signal(18)  # SIGCONT
+    await until(lambda: shared_a.store.up and shared_a.store.waiting == 0)
+    row = (await settled_rows(shared_a))["BAD_REQUEST"]
+    assert row["failures"] == 1  # replayed once, even if the stalled write also ran
+
+
+async def test_the_password_comes_from_its_file_and_a_wrong_one_is_a_store_down(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "locked"
+    directory.mkdir()
+    locked = RedisServer(free_port(), directory, password="s3cret-password-of-a-fleet")
+    await locked.start()
+    try:
+        assert await store_up_with(tmp_path, locked, "s3cret-password-of-a-fleet")
+        assert not await store_up_with(tmp_path, locked, "wrong-password-entirely")
+    finally:
+        await locked.stop()
+
+
+async def store_up_with(tmp_path: Path, redis: RedisServer, password: str) -> bool:
+    """Whether a store configured with `password` in its password_file connects."""
+    (tmp_path / "password").write_text(password + "\n")
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "routes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n"
+        f"fleet: {{redis: '{redis.url}', password_file: password, timeout_ms: 500}}\n"
+    )
+    loaded = load_config(str(config))
+    assert loaded.fleet_password == password
+    assert password not in repr(loaded)
+    assert loaded.config.fleet is not None
+    store = FleetStore(loaded.config.fleet, loaded.fleet_password, SCRIPTS)
+    await store.start(lambda event: None)
+    try:
+        with contextlib.suppress(AssertionError):
+            await until(lambda: store.up, timeout_s=3)  # a ping every second: three chances
+        return store.up
+    finally:
+        await store.close()
+
+
+async def test_an_idle_store_that_dies_is_found_again(
+    replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
+) -> None:
+    """Nothing to send when the subscription drops: the prober still finds the store again."""
+    _, shared, _ = await replicas()
+    await redis_server.stop()
+    await until(lambda: not shared.store.up)
+    await redis_server.start()  # a new, empty Redis on the same address
+    await until(lambda: shared.store.up and shared.store.subscribed)
+    shared.book.settle(attempt("k5"), BAD, "req-1", None)
+    await until(lambda: shared.store.waiting == 0)
+    assert (await settled_rows(shared))["BAD_REQUEST"]["failures"] == 1  # scripts loaded anew
