@@ -203,10 +203,9 @@ def mendpoint_config(
 ) -> dict[str, object]:
     """The gateway config for one benchmark run (as data; written as JSON, which is YAML).
 
-    No admin listener (nothing else to bind); the JSON access log only when asked, since
-    it is measured as its own row. Follow-up tracking is on, as by default; the
-    `[followups-off]` variant measures what it costs, and `[fleet]` what a fleet store
-    (`fleet`, a redis:// URL) costs beside it.
+    No admin listener (nothing else to bind). The JSON access log and follow-up tracking
+    are on, as shipped; the `[log-off]` and `[log-off+followups-off]` columns measure what
+    each costs, and `[fleet]` what a fleet store (`fleet`, a redis:// URL) costs beside it.
     """
     key_hash = hashlib.sha256(API_KEY.encode()).hexdigest()
     return ({"fleet": {"redis": fleet}} if fleet is not None else {}) | {

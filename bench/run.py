@@ -25,7 +25,7 @@ from typing import Any
 
 from bench import harness, mcp_bench, mcp_latency, report
 from bench.baseline import Baseline, base_name, prepare
-from bench.systems import ROOT, Workload, applies, check, systems
+from bench.systems import COST_COLUMNS, ROOT, Workload, applies, check, systems
 from bench.systems import WORKLOADS as ALL_WORKLOADS
 from bench.upstream import Nginx, free_port
 
@@ -127,9 +127,12 @@ def plan(
     against: Baseline | None = None,
 ) -> list[tuple[str, Workload]]:
     """The (system, workload) pairs to measure: the selected systems (by default all but the
-    `[lever]` variants), each Mendpoint one followed by its twin when there is a baseline."""
+    `[lever]` variants, the cost columns included), each Mendpoint one followed by its twin
+    when there is a baseline."""
     names = [
-        n for n in systems(against) if (base_name(n) in selected if selected else "[" not in n)
+        n
+        for n in systems(against)
+        if (base_name(n) in selected if selected else "[" not in n or base_name(n) in COST_COLUMNS)
     ]
     return [(n, w) for w in workloads for n in names if applies(n, w)]
 

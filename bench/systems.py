@@ -102,12 +102,13 @@ def mitm(upstream: str, port: int, root: Path) -> list[str]:
 
 def mendpoint(
     mode: str,
-    access_log: bool = False,
+    access_log: bool = True,
     env: tuple[str, ...] = (),
     followups: bool = True,
     fleet: bool = False,
 ) -> Command:
-    """`env` (NAME=VALUE items) turns a lever off, for the A/B variants; `fleet`, a fleet
+    """The shipped defaults (access log and follow-up tracking on) unless told otherwise;
+    `env` (NAME=VALUE items) turns a lever off, for the A/B variants; `fleet`, a fleet
     store (a redis-server of the benchmark's own) on."""
 
     def command(upstream: str, port: int, root: Path) -> list[str]:
@@ -135,6 +136,12 @@ def fleet_store(root: Path) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
+# What the shipped defaults cost: the same gateway with the access log off, and with
+# follow-up tracking off as well. Measured by default, beside the headline rows.
+LOG_OFF = "mendpoint-additive[log-off]"
+LOG_AND_FOLLOWUPS_OFF = "mendpoint-additive[log-off+followups-off]"
+COST_COLUMNS = (LOG_OFF, LOG_AND_FOLLOWUPS_OFF)
+COST_WORKLOADS = ("ok-32", "error-32")
 # Lever A/B variants: measured only when named with --systems (not in the default plan).
 FOLLOWUPS_OFF = "mendpoint-additive[followups-off]"
 FLEET = "mendpoint-additive[fleet]"
@@ -160,7 +167,8 @@ def systems(baseline: Baseline | None = None) -> dict[str, Command | None]:
     for mode in MODES:
         table[f"mendpoint-{mode}"] = mendpoint(mode)
     table["bare+log"] = bare(True)
-    table["mendpoint-additive+log"] = mendpoint("additive", access_log=True)
+    table[LOG_OFF] = mendpoint("additive", access_log=False)
+    table[LOG_AND_FOLLOWUPS_OFF] = mendpoint("additive", access_log=False, followups=False)
     for name, env in VARIANTS.items():
         table[name] = mendpoint("additive", env=env)
     table[FOLLOWUPS_OFF] = mendpoint("additive", followups=False)
@@ -187,6 +195,8 @@ def applies(system: str, workload: Workload) -> bool:
         return not workload.dead_upstream
     if system.endswith("+log"):
         return workload.name == "ok-32"
+    if system in COST_COLUMNS:
+        return workload.name in COST_WORKLOADS
     if workload.name == "10mb-32" and system.startswith("mendpoint-"):
         return system.split("[")[0] in ("mendpoint-additive", "mendpoint-original")
     return True

@@ -93,7 +93,8 @@ def test_report_shows_the_mcp_rows_and_targets() -> None:
     assert "| mcp-16 | 4,000/s (1.00x) | 1,500/s (0.38x) | 1,200/s (0.30x)" in text
     assert "| mcp-16 | 200 µs | 450 µs (1.00x) | 600 µs (1.33x)" in text
     assert "| workload | direct | bare | mitmproxy" not in text  # no HTTP rows were measured
-    verdicts = {name: met for name, _, _, met in report.targets(results)}
+    verdicts = {name: met for name, _, _, _, met in report.targets(results)}
     assert verdicts["MCP tools/call through an HTTP route / bare proxy, 16 clients"] is False
-    bridge = "MCP tools/call, Mendpoint bridge / mcp-proxy (same stdio server), 16 clients"
+    bridge = "MCP tools/call, Mendpoint bridge / mcp-proxy (same stdio server), 1 client"
     assert verdicts[bridge] is True
+    assert "| a realistic mix (95 % successes, 5 % errors), shipped defaults / bare" in text
