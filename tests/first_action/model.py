@@ -22,6 +22,7 @@ MCP_DIR = HERE / "mcp"
 STACKS_DIR = HERE / "stacks"
 RECORDED = HERE / "recorded"
 NODE_DIR = HERE / "node"
+HELD_OUT_NODE_DIR = HERE / "held_out" / "node"
 
 Action = Literal["retry", "fix", "run_fix", "stop"]
 Expect = Literal["success", "retry", "fix", "run_fix", "stop"]
@@ -138,6 +139,10 @@ class McpServer(Strict):
     port: str = "{port}"
     http_path: str = "/mcp"
     bridge: bool = Field(default=False, description="also run through a `command:` route")
+    held_out: bool = Field(
+        default=False,
+        description="one of the held-out set, scored apart (docs/packs/corpus.md#the-held-out-set)",
+    )
     start_timeout_s: float = Field(default=60, gt=0, le=180)
     calls: list[McpCall]
 

@@ -92,7 +92,8 @@ def publish(report: Report, name: str) -> None:
 
 
 if __name__ == "__main__":
-    missing = missing_setup()
+    arguments = parse(sys.argv[1:])
+    missing = missing_setup(http=not arguments.mcp, mcp=not arguments.http)
     if missing:
         sys.exit(f"not installed: {', '.join(missing)}; run tests/first_action/setup.sh")
-    publish(asyncio.run(main(parse(sys.argv[1:]))), "report")
+    publish(asyncio.run(main(arguments)), "report")

@@ -46,7 +46,11 @@ def tally(outcomes: Iterable[Outcome], test: str) -> Tally:
 
 
 TESTS = ("first_action", "always_retry", "fidelity", "success")
-SUITES: tuple[tuple[Suite, str], ...] = (("http", "HTTP stacks"), ("mcp", "MCP servers"))
+SUITES: tuple[tuple[Suite, str], ...] = (
+    ("http", "HTTP stacks"),
+    ("mcp", "MCP servers"),
+    ("mcp-held-out", "MCP servers, held out (docs/packs/corpus.md#the-held-out-set)"),
+)
 
 
 def miss_class(outcome: Outcome) -> str:

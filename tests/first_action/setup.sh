@@ -3,7 +3,8 @@
 # Debian's packages (as root), the Python stacks and MCP servers into venvs of their own
 # (.venv/corpus-http, .venv/corpus-mcp, and .venv/corpus-mcp1 for servers that need the 1.x
 # Python SDK: their pinned dependencies never touch the project's),
-# and the Node stacks and MCP servers pinned by tests/first_action/node/package-lock.json.
+# and the Node stacks and MCP servers pinned by tests/first_action/node/package-lock.json (the
+# held-out set's: .venv/corpus-mcp-held-out and tests/first_action/held_out/node).
 # Idempotent: what is already there is not fetched again. Services the packages would start
 # are not started (policy-rc.d for the length of the install): the corpus starts each one
 # itself, on loopback ports of its own, and stops it after.
@@ -57,6 +58,18 @@ if [ ! -f .venv/corpus-mcp1/.installed ] \
     .venv/corpus-mcp1/bin/pip install --quiet --upgrade pip
     .venv/corpus-mcp1/bin/pip install --quiet -r "$HERE/requirements-mcp1.txt"
     touch .venv/corpus-mcp1/.installed
+fi
+if [ ! -f .venv/corpus-mcp-held-out/.installed ] \
+    || [ "$HERE/requirements-mcp-held-out.txt" -nt .venv/corpus-mcp-held-out/.installed ]; then
+    python3 -m venv .venv/corpus-mcp-held-out
+    .venv/corpus-mcp-held-out/bin/pip install --quiet --upgrade pip
+    .venv/corpus-mcp-held-out/bin/pip install --quiet -r "$HERE/requirements-mcp-held-out.txt"
+    touch .venv/corpus-mcp-held-out/.installed
+fi
+held_lock="$HERE/held_out/node/node_modules/.package-lock.json"
+if [ ! -f "$held_lock" ] || [ "$HERE/held_out/node/package-lock.json" -nt "$held_lock" ]; then
+    (cd "$HERE/held_out/node" && npm ci --no-audit --no-fund --loglevel=error)
+    touch "$held_lock"
 fi
 lock="$HERE/node/node_modules/.package-lock.json"
 if [ ! -f "$lock" ] || [ "$HERE/node/package-lock.json" -nt "$lock" ]; then
