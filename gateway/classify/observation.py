@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.classify.sdk_wrappers import inner_message
 from gateway.failure import Refusal, TransportKind
 from gateway.text.body_text import declared_text
 
@@ -46,6 +47,7 @@ class Observation:
     jsonrpc_code: int | None = None
     _text: Any = field(default=_UNSET, repr=False)
     _json: Any = field(default=_UNSET, repr=False)
+    _inner: Any = field(default=_UNSET, repr=False)
     regex_gave_up: bool = False
     """A rule's regex timed out on this exchange and counted as no match
     (`gateway.classify.rules`): the answer cache never keeps such a verdict."""
@@ -85,6 +87,26 @@ class Observation:
         """Hand over the body's text where the caller holds it already (an MCP tool error's
         items): `text` must be what reading `body` would give (`text` above)."""
         self._text = text
+
+    @property
+    def inner_text(self) -> str | None:
+        """An MCP failure's own message with its SDK's wrapping removed
+        (`gateway.classify.sdk_wrappers`): a tool error's text, a JSON-RPC error's `message`.
+        None for HTTP, and when there is nothing to see through (the message is the text)."""
+        if self._inner is _UNSET:
+            self._inner = self._inner_message()
+        inner: str | None = self._inner
+        return inner
+
+    def _inner_message(self) -> str | None:
+        if self.jsonrpc_code is not None:
+            error = self.json
+            message = error.get("message") if isinstance(error, dict) else None
+            return inner_message(message) if isinstance(message, str) else None
+        if self.tool is None or self.text is None:
+            return None
+        inner = inner_message(self.text)
+        return None if inner is self.text else inner
 
     @property
     def json(self) -> Any:

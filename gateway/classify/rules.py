@@ -156,16 +156,23 @@ class CompiledRule:
                     return None
                 captures.update(found)
         if self.body is not None:
-            text = obs.text
-            found = (
-                None
-                if text is None
-                else _search(self.body, text, regex_timeout_s, self.id, deadline, obs)
-            )
+            found = self._body_match(self.body, obs, regex_timeout_s, deadline)
             if found is None:
                 return None
             captures.update(_named(found))
         return captures
+
+    def _body_match(self, body: Pattern, obs: Observation, timeout: float, deadline: float) -> Any:
+        """The body test on the text as sent, then, for an MCP failure its SDK wrapped, on
+        the message inside (docs/rules.md#mcp): a rule anchored at the start of a message
+        finds it behind `Error executing tool NAME: ` as it does where nothing wraps it."""
+        text = obs.text
+        found = None if text is None else _search(body, text, timeout, self.id, deadline, obs)
+        if found is None and (obs.tool is not None or obs.jsonrpc_code is not None):
+            inner = obs.inner_text
+            if inner is not None:
+                found = _search(body, inner, timeout, self.id, deadline, obs)
+        return found
 
 
 def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from gateway.config.loader import embedded_config
-from gateway.enrich import Enricher
+from gateway.enrich.step import Enricher
 from gateway.failure import Mode
 from gateway.mcp.jsonrpc import encode, may_need_rewrite, requests_in
 from gateway.mcp.stdio import StdioCallSite
