@@ -16,6 +16,7 @@ from gateway.enrich.step import Enricher
 from gateway.mcp import cors
 from gateway.mcp.bridge_sessions import Bridges
 from gateway.mcp.jsonrpc import SessionTables
+from gateway.mcp.tool_hints import ToolBook
 from gateway.mcp.upgrade import Upgrader
 
 
@@ -24,6 +25,9 @@ class McpRuntime:
         spec = loaded.config.mcp
         self.sessions = SessionTables(spec.max_sessions, spec.max_tracked_requests)
         self.bridges = Bridges()
+        self.tools = ToolBook()
+        """What each route's server declared of its tools in tools/list (tool_hints); kept
+        across reloads, as the servers behind the routes are."""
         self.stop_by: float | None = None
         """When the gateway's drain must be over (a loop time), once it began."""
         self._upgrader: Upgrader | None = None
@@ -33,7 +37,7 @@ class McpRuntime:
         config (a reload brings a new enricher), not once per request."""
         upgrader = self._upgrader
         if upgrader is None or upgrader.enricher is not enricher:
-            upgrader = self._upgrader = Upgrader(enricher, loaded.config.mcp)
+            upgrader = self._upgrader = Upgrader(enricher, loaded.config.mcp, self.tools)
         return upgrader
 
 

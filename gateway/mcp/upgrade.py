@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.classify import Observation, Verdict
@@ -28,6 +28,7 @@ from gateway.mcp.rewrite import (
     upgraded_error,
     upgraded_tool_result,
 )
+from gateway.mcp.tool_hints import ToolBook
 from gateway.resolve.service import Situation
 from gateway.text.json_text import dump
 
@@ -72,11 +73,16 @@ class Upgrader:
 
     enricher: Enricher
     settings: McpSpec
+    tools: ToolBook = field(default_factory=ToolBook)
+    """The tools the server listed: which are safe to call again (gateway/mcp/tool_hints.py).
+    A relay that outlives one request passes its own (the MCP runtime's, a stdio relay's)."""
 
     async def upgrade(self, message: Any, pending: Pending, site: CallSite) -> Outcome | None:
         """The outcome for a response to `pending`, or None: send it exactly as it came."""
         if not isinstance(message, dict):
             return None
+        if pending.method == "tools/list" and "result" in message:
+            self.tools.learn(site.route_name, message["result"])  # in every mode
         if "error" in message:
             return await self._error(message, pending, site)
         result = message.get("result")
@@ -122,7 +128,9 @@ class Upgrader:
     async def _tool_error(
         self, message: dict[str, Any], result: dict[str, Any], pending: Pending, site: CallSite
     ) -> Outcome | None:
-        obs = tool_error_observation(site, pending, tool_error_text(result))
+        obs = tool_error_observation(
+            site, pending, tool_error_text(result), self._safe(site, pending)
+        )
         ctx = _failure_context(site, pending)
 
         def rewrite(failure: Failure, payload: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +152,7 @@ class Upgrader:
             return None
         code = error.get("code")
         jsonrpc_code = code if isinstance(code, int) and not isinstance(code, bool) else None
-        obs = _observation(site, pending, dump(error), jsonrpc_code)
+        obs = _observation(site, pending, dump(error), jsonrpc_code, self._safe(site, pending))
 
         def rewrite(_: Failure, payload: dict[str, Any]) -> dict[str, Any] | None:
             upgraded = upgraded_error(error, payload)
@@ -152,6 +160,11 @@ class Upgrader:
 
         ctx = _failure_context(site, pending)
         return await self.enricher.enrich(obs, ctx, self._renderer(ctx, rewrite))
+
+    def _safe(self, site: CallSite, pending: Pending) -> bool:
+        """The call may be sent again: the site says so, or tools/list declared the tool
+        read-only or idempotent (`match.idempotent` then holds; docs/rules.md)."""
+        return site.idempotent or self.tools.is_replay_safe(site.route_name, pending.tool)
 
     def _renderer(self, ctx: FailureContext, rewrite: Rewrite) -> Render[Outcome]:
         """The step's render function for a JSON-RPC response: nothing changed in `original`
@@ -171,7 +184,7 @@ class Upgrader:
 
 
 def _observation(
-    site: CallSite, pending: Pending, body: bytes, jsonrpc_code: int | None
+    site: CallSite, pending: Pending, body: bytes, jsonrpc_code: int | None, replay_safe: bool
 ) -> Observation:
     return Observation(
         route=site.route_name,
@@ -179,13 +192,15 @@ def _observation(
         path=site.path,
         body=body,
         content_type="application/json" if jsonrpc_code is not None else "text/plain",
-        idempotent=site.idempotent,
+        idempotent=replay_safe,
         tool=pending.tool or (None if jsonrpc_code is not None else ""),
         jsonrpc_code=jsonrpc_code,
     )
 
 
-def tool_error_observation(site: CallSite, pending: Pending, text: str) -> Observation:
+def tool_error_observation(
+    site: CallSite, pending: Pending, text: str, replay_safe: bool | None = None
+) -> Observation:
     """A tool error's text items as the rules see them: its UTF-8 bytes, and the text itself.
 
     The text is handed over rather than decoded again from those bytes (one decode, with
@@ -194,11 +209,12 @@ def tool_error_observation(site: CallSite, pending: Pending, text: str) -> Obser
     as a JSON escape) has no UTF-8 form: its bytes are written as they stand and the rules
     read U+FFFD for them, as for any body that is not valid UTF-8.
     """
+    safe = site.idempotent if replay_safe is None else replay_safe
     try:
         body = text.encode("utf-8")
     except UnicodeEncodeError:
-        return _observation(site, pending, text.encode("utf-8", "surrogatepass"), None)
-    obs = _observation(site, pending, body, None)
+        return _observation(site, pending, text.encode("utf-8", "surrogatepass"), None, safe)
+    obs = _observation(site, pending, body, None, safe)
     if not text.startswith(BOM):
         obs.known_text(text)
     return obs

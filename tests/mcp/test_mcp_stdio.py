@@ -299,3 +299,31 @@ def test_command_is_required() -> None:
     )
     assert done.returncode == 2
     assert b"give the server command" in done.stderr
+
+
+async def test_a_read_only_or_idempotent_tools_transient_failure_is_retryable() -> None:
+    """tools/list's readOnlyHint / idempotentHint make a quoted 503 retryable for that tool
+    only (docs/rules.md#tool-annotations); a tool without them may have had an effect."""
+    params = StdioServerParameters(command=MENDPOINT[0], args=[*MENDPOINT[1:], *SDK_SERVER])
+    async with Client(params) as client:
+        listed = {t.name: t.annotations for t in (await client.list_tools()).tools}
+        assert listed["read_report"] is not None and listed["read_report"].read_only_hint
+        for tool, retryable in (
+            ("read_report", True),
+            ("store_report", True),
+            ("send_report", False),
+        ):
+            failed = await client.call_tool(tool, {"day": "mon", "text": "x"})
+            assert failed.is_error is True
+            first, last = failed.content[0], failed.content[-1]
+            assert first.type == "text" and "HTTP 503 Service Unavailable" in first.text
+            assert last.type == "text"
+            error = json.loads(last.text)["mendpoint_failure"]["error"]
+            assert error["code"] == "UPSTREAM_UNAVAILABLE", tool
+            assert error["retryable"] is retryable, tool
+            assert error["retry_after_ms"] == (1000 if retryable else None), tool
+
+
+def test_a_tool_never_listed_is_not_taken_as_replay_safe() -> None:
+    through = exchange([*MENDPOINT, *SDK_SERVER], [INIT, INITIALIZED, call(2, "read_report", {})])
+    assert failure_item(through[2])["error"]["retryable"] is False

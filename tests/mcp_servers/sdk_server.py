@@ -17,7 +17,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
-from mcp.types import JSONRPCMessage
+from mcp.types import JSONRPCMessage, ToolAnnotations
 
 server = MCPServer("mendpoint-test-server")
 
@@ -52,6 +52,27 @@ def fetch_page(url: str) -> str:
 def search(query: str) -> str:
     """Search; the API behind it is rate limited, and the server says so in text."""
     raise ToolError("429 Too Many Requests: search API rate limit reached, retry after 30 seconds")
+
+
+UNAVAILABLE = "the report API answered HTTP 503 Service Unavailable"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def read_report(day: str) -> str:
+    """Read a day's report (read-only); the API behind it is failing."""
+    raise ToolError(UNAVAILABLE)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True))
+def store_report(day: str, text: str) -> str:
+    """Store a day's report, replacing it (idempotent); the API behind it is failing."""
+    raise ToolError(UNAVAILABLE)
+
+
+@server.tool()
+def send_report(day: str) -> str:
+    """Send a day's report by mail (no annotations: may have side effects); the API fails."""
+    raise ToolError(UNAVAILABLE)
 
 
 @server.tool()

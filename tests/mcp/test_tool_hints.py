@@ -1,0 +1,48 @@
+"""What tools/list declares about repeating a call, remembered per route and tool, bounded
+(gateway/mcp/tool_hints.py; docs/rules.md#tool-annotations)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.mcp.tool_hints import ToolBook
+
+
+def listing(*tools: tuple[str, dict[str, Any] | None]) -> dict[str, Any]:
+    return {"tools": [{"name": n, "inputSchema": {}, "annotations": a} for n, a in tools]}
+
+
+def test_read_only_or_idempotent_stated_true_is_replay_safe_and_nothing_else() -> None:
+    book = ToolBook()
+    book.learn(
+        "r",
+        listing(
+            ("get", {"readOnlyHint": True}),
+            ("put", {"readOnlyHint": False, "idempotentHint": True}),
+            ("post", {"readOnlyHint": False}),
+            ("delete", {"destructiveHint": True, "idempotentHint": "yes"}),
+            ("plain", None),
+        ),
+    )
+    safe = {name: book.is_replay_safe("r", name) for name in ("get", "put", "post", "delete")}
+    assert safe == {"get": True, "put": True, "post": False, "delete": False}
+    assert not book.is_replay_safe("r", "plain")
+    assert not book.is_replay_safe("other-route", "get")
+    assert not book.is_replay_safe("r", None)
+
+
+def test_the_latest_listing_wins_and_garbage_is_ignored() -> None:
+    book = ToolBook()
+    book.learn("r", listing(("get", {"readOnlyHint": True})))
+    book.learn("r", listing(("get", {"readOnlyHint": False})))
+    assert not book.is_replay_safe("r", "get")
+    for junk in (None, [], {"tools": "x"}, {"tools": [1, {"name": 2}, {"annotations": {}}]}):
+        book.learn("r", junk)
+    assert len(book) == 1
+
+
+def test_the_book_is_bounded_oldest_listed_forgotten_first() -> None:
+    book = ToolBook(capacity=3)
+    book.learn("r", listing(*((f"t{i}", {"readOnlyHint": True}) for i in range(5))))
+    assert len(book) == 3
+    assert not book.is_replay_safe("r", "t0") and book.is_replay_safe("r", "t4")
