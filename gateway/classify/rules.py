@@ -164,8 +164,9 @@ class CompiledRule:
 
     def _body_match(self, body: Pattern, obs: Observation, timeout: float, deadline: float) -> Any:
         """The body test on the text as sent, then, for an MCP failure its SDK wrapped, on
-        the message inside (docs/rules.md#mcp): a rule anchored at the start of a message
-        finds it behind `Error executing tool NAME: ` as it does where nothing wraps it."""
+        the message inside (docs/rules.md#the-sdks-wrapping): a rule anchored at the start
+        of a message finds it behind `Error executing tool NAME: ` as where nothing wraps it.
+        """
         text = obs.text
         found = None if text is None else _search(body, text, timeout, self.id, deadline, obs)
         if found is None and (obs.tool is not None or obs.jsonrpc_code is not None):

@@ -1,4 +1,5 @@
-"""The words an MCP SDK wraps around a tool's own message, seen through (docs/rules.md#mcp).
+"""The words an MCP SDK wraps around a tool's own message, seen through
+(docs/rules.md#the-sdks-wrapping).
 
 A tool that raises gets its message back to the client inside its SDK's wording, and the
 wording comes first, where a rule anchored at the start of the message would look:

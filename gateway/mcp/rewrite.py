@@ -1,9 +1,10 @@
 """Pure rewrites of MCP results: tool errors, JSON-RPC errors and `tools/list` (docs/mcp.md).
 
 Each function takes a decoded message part and returns a new one, or None when it must stay
-exactly as the server sent it. Nothing here removes or changes what the server wrote: a tool
-error keeps every content item and its `structuredContent`; a JSON-RPC error keeps `code`,
-`message` and any `data` that is not an object.
+exactly as the server sent it. Nothing here removes what the server wrote: a tool error keeps
+every content item and its `structuredContent`; a JSON-RPC error keeps `code` and `message`,
+and its `data`: an object gains one key, any other value moves whole under `mendpoint/data`
+of the object that takes its place (docs/mcp.md#json-rpc-errors-whose-data-is-not-an-object).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 from gateway.failure import Category, Failure
 
 FAILURE_META_KEY = "mendpoint/failure"
+ORIGINAL_DATA_KEY = "mendpoint/data"
+"""Where a JSON-RPC error's `data` that is not an object is kept, beside the failure."""
 TOOL_FAILURE_KEY = "io.modelcontextprotocol/toolFailure"
 # URL elicitation required, and the error codes of the 2026 multi-round and task flows: the
 # client acts on them as they are.
@@ -91,12 +94,19 @@ def upgraded_tool_result(
 
 
 def upgraded_error(error: Any, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """The error with the failure under `data` (added, or merged as a key), or None to keep it."""
+    """The error with the failure under `data` (added, or merged as a key), or None to keep it.
+
+    JSON-RPC lets `data` be any value, and the Python SDK's servers send strings (`""` with
+    -32602, the method's name with -32601). The SDK clients hand an agent `code`, `message`
+    and `data` and drop any other member of the error, so the failure can only travel in
+    `data`: a value that is not an object goes, unchanged, under `mendpoint/data` of a new
+    object that also holds the failure.
+    """
     if not isinstance(error, dict) or error.get("code") in UNTOUCHED_ERROR_CODES:
         return None
     data = error.get("data", None)
     if "data" in error and not isinstance(data, dict):
-        return None
+        return {**error, "data": {ORIGINAL_DATA_KEY: data, FAILURE_META_KEY: payload}}
     merged = dict(data) if isinstance(data, dict) else {}
     merged[FAILURE_META_KEY] = payload  # ours: a server's look-alike never stands for it
     return {**error, "data": merged}

@@ -1,6 +1,6 @@
-"""MCP body tests see through the SDKs' wrapping (docs/rules.md#mcp): the prefixes the Python
-SDK, FastMCP and the TypeScript SDK put before a tool's own message, and a JSON-RPC error's
-`message` read as text."""
+"""MCP body tests see through the SDKs' wrapping (docs/rules.md#the-sdks-wrapping): the
+prefixes the Python SDK, FastMCP and the TypeScript SDK put before a tool's own message, and
+a JSON-RPC error's `message` read as text."""
 
 from __future__ import annotations
 

@@ -327,3 +327,39 @@ async def test_a_read_only_or_idempotent_tools_transient_failure_is_retryable() 
 def test_a_tool_never_listed_is_not_taken_as_replay_safe() -> None:
     through = exchange([*MENDPOINT, *SDK_SERVER], [INIT, INITIALIZED, call(2, "read_report", {})])
     assert failure_item(through[2])["error"]["retryable"] is False
+
+
+def test_a_jsonrpc_error_whose_data_is_a_string_carries_the_failure_and_keeps_the_string() -> None:
+    """The Python SDK answers an unknown method with `data: "foo/bar"`: the string moves
+    whole under `data["mendpoint/data"]`, the failure beside it (docs/mcp.md)."""
+    unknown = {"jsonrpc": "2.0", "id": 2, "method": "foo/bar", "params": {}}
+    direct = answer_of(SDK_SERVER, [INIT, INITIALIZED, unknown], 2)["error"]
+    error = answer_of([*MENDPOINT, *SDK_SERVER], [INIT, INITIALIZED, unknown], 2)["error"]
+    assert direct["data"] == "foo/bar"
+    assert (error["code"], error["message"]) == (direct["code"], direct["message"])
+    assert error["data"]["mendpoint/data"] == direct["data"]
+    failure = error["data"]["mendpoint/failure"]["error"]
+    assert failure["code"] == "METHOD_NOT_FOUND" and failure["message"] == "Method not found"
+
+
+def answer_of(argv: list[str], messages: list[dict[str, Any]], wanted: int) -> dict[str, Any]:
+    """The response with id `wanted`, read before stdin is closed (the SDK's server drops
+    requests still in flight when its input ends)."""
+    process = subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=subprocess.DEVNULL)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        for message in messages:
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            assert line, "the server ended without answering"
+            answer: dict[str, Any] = json.loads(line)
+            if answer.get("id") == wanted:
+                return answer
+        raise AssertionError(f"no answer to {wanted} in 60 s")
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+        process.stdout.close()

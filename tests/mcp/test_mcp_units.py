@@ -28,6 +28,7 @@ from gateway.mcp.jsonrpc import (
 from gateway.mcp.origin import refusal
 from gateway.mcp.rewrite import (
     FAILURE_META_KEY,
+    ORIGINAL_DATA_KEY,
     TOOL_FAILURE_KEY,
     guided_tools_list,
     is_tool_error,
@@ -166,8 +167,22 @@ def test_tool_result_keeps_everything_and_appends_one_item() -> None:
     [
         ({"code": -32602, "message": "bad"}, {FAILURE_META_KEY: PAYLOAD}),
         ({"code": -32602, "message": "bad", "data": {"k": 1}}, {"k": 1, FAILURE_META_KEY: PAYLOAD}),
-        ({"code": -32602, "message": "bad", "data": "text"}, None),
-        ({"code": -32602, "message": "bad", "data": None}, None),
+        (
+            {"code": -32602, "message": "bad", "data": "text"},
+            {ORIGINAL_DATA_KEY: "text", FAILURE_META_KEY: PAYLOAD},
+        ),
+        (
+            {"code": -32602, "message": "bad", "data": ""},
+            {ORIGINAL_DATA_KEY: "", FAILURE_META_KEY: PAYLOAD},
+        ),
+        (
+            {"code": -32602, "message": "bad", "data": None},
+            {ORIGINAL_DATA_KEY: None, FAILURE_META_KEY: PAYLOAD},
+        ),
+        (
+            {"code": -32601, "message": "x", "data": [1]},
+            {ORIGINAL_DATA_KEY: [1], FAILURE_META_KEY: PAYLOAD},
+        ),
         ({"code": -32042, "message": "URL elicitation required"}, None),
         ({"code": -32020, "message": "x"}, None),
         ({"code": -32021, "message": "x"}, None),
@@ -177,7 +192,9 @@ def test_tool_result_keeps_everything_and_appends_one_item() -> None:
         "no-data",
         "object-data",
         "string-data",
+        "empty-string-data",
         "null-data",
+        "list-data",
         "url-elicitation",
         "32020",
         "32021",

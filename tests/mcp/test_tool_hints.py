@@ -36,8 +36,9 @@ def test_the_latest_listing_wins_and_garbage_is_ignored() -> None:
     book.learn("r", listing(("get", {"readOnlyHint": True})))
     book.learn("r", listing(("get", {"readOnlyHint": False})))
     assert not book.is_replay_safe("r", "get")
-    for junk in (None, [], {"tools": "x"}, {"tools": [1, {"name": 2}, {"annotations": {}}]}):
-        book.learn("r", junk)
+    junk: list[Any] = [None, [], {"tools": "x"}, {"tools": [1, {"name": 2}, {"annotations": {}}]}]
+    for value in junk:
+        book.learn("r", value)
     assert len(book) == 1
 
 
