@@ -53,6 +53,8 @@ class Sample:
     transport: TransportKind | None = None
     request_id: str = "explain-0000"
     tool: str | None = None
+    tool_annotations: dict[str, Any] | None = None
+    """The tool's annotations in its server's tools/list, when the sample lists it first."""
     jsonrpc_code: int | None = None
     is_mcp: bool = False
     """An MCP failure: `body` is a tool error's text or a JSON-RPC error object."""
@@ -79,6 +81,13 @@ class Sample:
         if self.tool is not None:
             params["name"] = self.tool
         return {"jsonrpc": "2.0", "id": SAMPLE_RPC_ID, "method": "tools/call", "params": params}
+
+    def tools_listing(self) -> dict[str, Any] | None:
+        """The tools/list result that declares the sample's tool, if it has annotations."""
+        if self.tool is None or self.tool_annotations is None:
+            return None
+        tool = {"name": self.tool, "inputSchema": {"type": "object"}}
+        return {"tools": [{**tool, "annotations": self.tool_annotations}]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +187,11 @@ async def _explain_mcp(
     original = dump(message)
     pending = Pending("tools/call", sample.tool)
     site = _ExplainSite(route, sample.path.partition("?")[0], mode, caller, sample.request_id)
-    outcome = await Upgrader(enricher, loaded.config.mcp).upgrade(message, pending, site)
+    upgrader = Upgrader(enricher, loaded.config.mcp)
+    listing = sample.tools_listing()
+    if listing is not None:  # as the session listed its tools first
+        upgrader.tools.learn(route.spec.name, listing)
+    outcome = await upgrader.upgrade(message, pending, site)
     verdict = outcome.verdict if outcome is not None else None
     headers = client_response_headers(CIMultiDictProxy(CIMultiDict({"Content-Type": JSON_TYPE})))
     headers[REQUEST_ID] = sample.request_id

@@ -79,6 +79,9 @@ class FixtureMcp(Strict):
     tool: str | None = None
     text: str | None = None
     error: FixtureRpcError | None = None
+    annotations: dict[str, Any] | None = None
+    """The tool's `annotations` as its server's tools/list gives them (`readOnlyHint`,
+    `idempotentHint`: docs/rules.md#tool-annotations); listed before the call when given."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> FixtureMcp:
@@ -171,6 +174,7 @@ def sample_of(case: FixtureCase) -> Sample:
         body=body,
         transport=case.transport,
         tool=mcp.tool if mcp else None,
+        tool_annotations=mcp.annotations if mcp else None,
         jsonrpc_code=mcp.error.code if mcp and mcp.error else None,
         is_mcp=mcp is not None,
         request_headers=CIMultiDict(case.request.headers),

@@ -120,6 +120,14 @@ async def live_answer(gateway: RunningGateway, sample: Sample, mode: Mode) -> Li
         return Live(response.status, response.headers, await response.read())
 
 
+async def list_tools(gateway: RunningGateway, path: str) -> None:
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    data = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    async with gateway.session.post(gateway.url + path, headers=headers, data=data) as response:
+        assert response.status == 200
+        await response.read()
+
+
 def comparable(status: int, headers: CIMultiDict[str] | CIMultiDictProxy[str], body: bytes) -> Any:
     assert headers.getall("Content-Length") == [str(len(body))]
     fields = sorted((k.lower(), v) for k, v in headers.items() if k.lower() not in PER_REQUEST)
@@ -179,6 +187,15 @@ async def test_explain_equals_the_live_answer(
     elif sample.status is not None:
         script.reply = raw_reply(sample.status, sample.headers, sample.body)
     gateway = await start_gateway({"routes": [route], "limits": LIMITS})
+    listing = sample.tools_listing()
+    if listing is not None:  # the session lists its tools first; the gateway reads them
+        answer = json.dumps({"jsonrpc": "2.0", "id": 1, "result": listing}).encode()
+        failure, script.reply = (
+            script.reply,
+            raw_reply(200, CIMultiDict({"Content-Type": "application/json"}), answer),
+        )
+        await list_tools(gateway, sample.path)
+        script.reply = failure
     for mode in Mode:
         explained = await explain(gateway.server.loaded, sample, mode)
         live = await live_answer(gateway, sample, mode)
