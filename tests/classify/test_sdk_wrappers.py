@@ -6,12 +6,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import yaml
+
 from gateway.classify import Classifier, Observation
 from gateway.classify.sdk_wrappers import inner_message
-from tests.classify.test_classify import loaded_with, rule
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
+
+
+def loaded_with(tmp_path: Path, rules: list[dict[str, Any]]) -> LoadedConfig:
+    route = {"name": "api", "prefix": "/", "upstream": "http://127.0.0.1:9"}
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump({"routes": [route], "rules": rules}, sort_keys=False))
+    return load_config(str(path))
+
+
+def rule(rule_id: str, match: dict[str, Any], code: str) -> dict[str, Any]:
+    return {"id": rule_id, "match": match, "error": {"code": code, "category": "VALIDATION_ERROR"}}
 
 
 @pytest.mark.parametrize(
