@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import yaml
 
 from gateway.classify import Classifier, Observation
