@@ -53,9 +53,11 @@ class Classifier:
         self.budget_s = loaded.config.enrich_budget_ms / 1000
         self._by_status = _index_statuses(self.rules)
         self._by_transport = _index_transports(self.rules)
-        self._mcp = tuple(r for r in self.rules if r.is_mcp)
+        self._mcp = tuple(r for r in self.rules if r.is_mcp and not r.reads_successes)
         # A tool error carries no JSON-RPC code: rules that need one are never tried on it.
         self._mcp_tool = tuple(r for r in self._mcp if r.jsonrpc_code is None)
+        # Results reported as successes meet only the rules written for them (opt-in).
+        self._mcp_success = tuple(r for r in self.rules if r.reads_successes)
         self._refusals = refusal_rules(config.limits)
         self._route_refusals = route_connection_rules(config.routes, config.limits)
         self.headers_read = tuple(
@@ -64,6 +66,11 @@ class Classifier:
         """Every response header a verdict or its rendering may depend on: the rules' header
         tests, their retry-delay sources and `Retry-After` (whose presence the rendering
         reads). The answer cache keys on these and on nothing else of the headers."""
+
+    @property
+    def reads_successes(self) -> bool:
+        """Some rule reads MCP results reported as successes: the relays must parse them."""
+        return bool(self._mcp_success)
 
     def has_rules_for(self, status: int) -> bool:
         """True when a response with this status must be inspected (the hot-path check)."""
@@ -76,6 +83,8 @@ class Classifier:
             return (self._refusals[obs.refusal],)
         if obs.transport is not None:
             return self._by_transport.get(obs.transport, ())
+        if obs.reported_success:
+            return self._mcp_success
         if obs.jsonrpc_code is not None:
             return self._mcp
         if obs.tool is not None:

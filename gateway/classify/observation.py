@@ -45,6 +45,9 @@ class Observation:
     """The caller sent an `Idempotency-Key`: it declared that repeating the request is safe."""
     tool: str | None = None
     jsonrpc_code: int | None = None
+    reported_success: bool = False
+    """An MCP result the server reported as a success (`isError: false`), read only by the
+    rules that opt in (`match.mcp.is_error: false`)."""
     _text: Any = field(default=_UNSET, repr=False)
     _json: Any = field(default=_UNSET, repr=False)
     _inner: Any = field(default=_UNSET, repr=False)

@@ -95,6 +95,8 @@ class CompiledRule:
     tool: Pattern | None
     jsonrpc_code: int | None
     idempotent: bool | None = None
+    reads_successes: bool = False
+    """`match.mcp.is_error: false`: tried on results reported as successes, and only there."""
     fields: tuple[FieldSource, ...] = ()
 
     @property
@@ -197,6 +199,7 @@ def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
         body=compile_regex(match.body) if match.body is not None else None,
         tool=compile_glob(match.mcp.tool, "") if match.mcp and match.mcp.tool else None,
         jsonrpc_code=match.mcp.jsonrpc_code if match.mcp else None,
+        reads_successes=match.mcp is not None and not match.mcp.is_error,
         idempotent=match.idempotent,
         fields=tuple(FieldSource.compile(f) for f in spec.error.fields_specs),
     )

@@ -35,6 +35,10 @@ class JsonMatch(Strict):
 class McpMatch(Strict):
     tool: str | None = None
     jsonrpc_code: int | None = None
+    is_error: bool = True
+    """false: the rule reads results the server reported as successes (`isError: false`)
+    and turns a match into a failure; opt-in, per tool
+    (docs/rules.md#failures-reported-as-successes)."""
 
 
 StatusSpec = int | str

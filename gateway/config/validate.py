@@ -235,6 +235,7 @@ def rule_problems(
             )
         )
     out.extend(_class_problems(rule))
+    out.extend(_success_reading_problems(rule))
     if error.fix_command is not None and error.fix_command not in command_ids:
         known = ", ".join(sorted(command_ids)) or "none"
         out.append(
@@ -261,6 +262,22 @@ def _regexes(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
     for name, pattern in (match.headers or {}).items():
         found.append((("match", "headers", name), pattern))
     return found
+
+
+def _success_reading_problems(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """A rule that reads successes names its tools and the words that make one a failure:
+    every other success must pass untouched (docs/rules.md#failures-reported-as-successes)."""
+    mcp = rule.match.mcp
+    if mcp is None or mcp.is_error:
+        return []
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    if mcp.tool is None or mcp.tool.strip("*") == "":
+        out.append((("match", "mcp", "tool"), "is_error: false needs the tool(s) it is for"))
+    if rule.match.body is None:
+        out.append((("match", "body"), "is_error: false needs the body words of a failure"))
+    if mcp.jsonrpc_code is not None:
+        out.append((("match", "mcp", "jsonrpc_code"), "a success has no JSON-RPC error code"))
+    return out
 
 
 def _class_problems(rule: RuleSpec) -> list[tuple[tuple[str | int, ...], str]]:

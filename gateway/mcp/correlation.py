@@ -95,7 +95,7 @@ async def rewrite_payload(
     its entries anyway (`Tracker.pop`). `message`: `raw` already parsed (the bridge parses
     each child line once, to route it).
     """
-    if not may_be_response(raw) or not may_need_rewrite(raw):
+    if not may_be_response(raw) or not may_need_rewrite(raw, upgrader.reads_successes):
         return None, []  # a success: the server's bytes go out, never parsed here
     if message is UNPARSED:
         message = parse_message(raw)

@@ -94,13 +94,14 @@ def may_be_response(raw: bytes) -> bool:
     return b'"id"' in raw and (b'"result"' in raw or b'"error"' in raw)
 
 
-def may_need_rewrite(raw: bytes) -> bool:
+def may_need_rewrite(raw: bytes, successes_too: bool = False) -> bool:
     """Could a response need upgrading? A tool error, a JSON-RPC error, or a tool list.
 
     A successful tool result (`"isError": false` included) answers no: it is relayed as the
-    server's bytes without being parsed at all.
+    server's bytes without being parsed at all; unless `successes_too` (a rule opted in to
+    reading them, docs/rules.md#failures-reported-as-successes), when any result may.
     """
-    return _REWRITABLE.search(raw) is not None
+    return _REWRITABLE.search(raw) is not None or (successes_too and b'"result"' in raw)
 
 
 class RequestTable:

@@ -48,6 +48,17 @@ def is_tool_error(result: Any) -> bool:
     )
 
 
+def is_reported_success(result: Any) -> bool:
+    """A final `CallToolResult` the server reported as a success (`isError` absent or false)."""
+    return (
+        isinstance(result, dict)
+        and result.get("isError") is not True
+        and isinstance(result.get("content"), list)
+        and result.get("resultType", COMPLETE) == COMPLETE
+        and "task" not in result
+    )
+
+
 def tool_error_text(result: dict[str, Any]) -> str:
     """The text of the result's text items, joined by newlines: what body rules look at."""
     content = result.get("content")

@@ -216,7 +216,7 @@ class StdioRelay:
             return line
         key = request_key(message.get("id"))
         pending = self._settle(key) if key is not None else None
-        if pending is None or not may_need_rewrite(line):
+        if pending is None or not may_need_rewrite(line, self.upgrader.reads_successes):
             return line
         # Each upgraded failure gets its own id: the draft extension's correlationId. There is
         # no access log in stdio mode, so this line is what an operator finds it by.

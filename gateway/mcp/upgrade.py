@@ -22,6 +22,7 @@ from gateway.failure import Failure, Mode, Recovery, Refusal
 from gateway.mcp.jsonrpc import Pending
 from gateway.mcp.rewrite import (
     guided_tools_list,
+    is_reported_success,
     is_tool_error,
     tool_error_text,
     tool_failure,
@@ -88,6 +89,9 @@ class Upgrader:
         result = message.get("result")
         if pending.method == "tools/call" and isinstance(result, dict) and is_tool_error(result):
             return await self._tool_error(message, result, pending, site)
+        reads_it = pending.method == "tools/call" and self.reads_successes
+        if reads_it and isinstance(result, dict) and is_reported_success(result):
+            return await self._tool_error(message, result, pending, site, reported_success=True)
         if pending.method == "tools/list" and site.mode in UPGRADED_MODES:
             return self._guided(message, result)
         return None
@@ -125,12 +129,24 @@ class Upgrader:
             return None
         return None if guided is None else Outcome({**message, "result": guided}, [])
 
+    @property
+    def reads_successes(self) -> bool:
+        """A rule opted in to results reported as successes: relays must hand those over too
+        (docs/rules.md#failures-reported-as-successes); otherwise they never parse one."""
+        return self.enricher.classifier.reads_successes
+
     async def _tool_error(
-        self, message: dict[str, Any], result: dict[str, Any], pending: Pending, site: CallSite
+        self,
+        message: dict[str, Any],
+        result: dict[str, Any],
+        pending: Pending,
+        site: CallSite,
+        reported_success: bool = False,
     ) -> Outcome | None:
         obs = tool_error_observation(
             site, pending, tool_error_text(result), self._safe(site, pending)
         )
+        obs.reported_success = reported_success
         ctx = _failure_context(site, pending)
 
         def rewrite(failure: Failure, payload: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +156,8 @@ class Upgrader:
             upgraded = upgraded_tool_result(
                 result, payload, self.settings.failure_key, extension, self.settings.compact
             )
+            if reported_success:  # a rule the operator wrote says this success is a failure
+                upgraded["isError"] = True
             return {**message, "result": upgraded}
 
         return await self.enricher.enrich(obs, ctx, self._renderer(ctx, rewrite))

@@ -76,6 +76,14 @@ def send_report(day: str) -> str:
 
 
 @server.tool()
+def query_db(sql: str) -> str:
+    """Run a query; like some real servers, it reports a database error as a success."""
+    if sql.strip().lower().startswith("select 1"):
+        return "1"
+    return "Database error: no such table: widgets"
+
+
+@server.tool()
 def explode() -> str:
     """Crash: the SDK answers only "Error executing tool explode"."""
     raise RuntimeError("internal detail that stays on the server")
