@@ -24,7 +24,7 @@ from tests.first_action.environment import MENDPOINT, places, run_base
 from tests.first_action.http_live import in_body
 from tests.first_action.mcp_client import INITIALIZED, HttpPeer, Peer, StdioPeer, initialize
 from tests.first_action.model import McpCall, McpServer, Places
-from tests.first_action.outcome import Outcome, Suite
+from tests.first_action.outcome import Outcome
 from tests.first_action.processes import Group, StartFailed, free_port, group, run_command
 
 FIRST_CALL_ID = 2
@@ -218,21 +218,23 @@ def judge_all(
     via: str,
 ) -> list[Outcome]:
     name = server.name if via in ("stdio", "route") else f"{server.name} (bridge)"
-    suite = suite_of(server)
     return [
-        judge(name, call, direct.get(FIRST_CALL_ID + i), through.get(FIRST_CALL_ID + i), suite)
+        judge(
+            name,
+            call,
+            direct.get(FIRST_CALL_ID + i),
+            through.get(FIRST_CALL_ID + i),
+            server.held_out,
+        )
         for i, call in enumerate(server.calls)
     ]
 
 
-def suite_of(server: McpServer) -> Suite:
-    return "mcp-held-out" if server.held_out else "mcp"
-
-
 def judge(
-    stack: str, call: McpCall, direct: str | None, through: str | None, suite: Suite = "mcp"
+    stack: str, call: McpCall, direct: str | None, through: str | None, held_out: bool = False
 ) -> Outcome:
-    outcome = Outcome(suite, stack, call.id, call.expect, call.reason, call.words)
+    outcome = Outcome("mcp", stack, call.id, call.expect, call.reason, call.words)
+    outcome.held_out = held_out
     direct_message = parse(direct)
     outcome.upstream = describe(direct_message) if direct_message else "no answer in time"
     outcome.kind = kind_of(direct_message)

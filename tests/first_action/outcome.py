@@ -11,7 +11,7 @@ from typing import Any, Literal
 from tests.first_action.agent import Reading, words_kept
 from tests.first_action.model import Action, Expect
 
-Suite = Literal["http", "mcp", "mcp-held-out"]
+Suite = Literal["http", "mcp"]
 Got = Action | Literal["success"]
 
 

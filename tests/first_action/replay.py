@@ -29,7 +29,7 @@ from gateway.serve.app import GatewayServer
 from tests.first_action.environment import MENDPOINT, run_base
 from tests.first_action.http_live import SCENARIO_HEADER, Sent, client, judge, send
 from tests.first_action.mcp_client import INITIALIZED, StdioPeer
-from tests.first_action.mcp_live import FIRST_CALL_ID, suite_of
+from tests.first_action.mcp_live import FIRST_CALL_ID
 from tests.first_action.mcp_live import judge as judge_call
 from tests.first_action.model import (
     RECORDED,
@@ -238,7 +238,7 @@ async def replay_one(server: McpServer, recording: dict[str, Any], path: Path) -
                 continue
             through = await peer.request(message, 30)
             direct = responses.get(str(request_id))
-            outcomes.append(judge_call(server.name, call, direct, through, suite_of(server)))
+            outcomes.append(judge_call(server.name, call, direct, through, server.held_out))
         return outcomes
     finally:
         await peer.close()

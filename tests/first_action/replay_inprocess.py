@@ -20,7 +20,7 @@ from gateway.failure import Mode
 from gateway.mcp.jsonrpc import encode, may_need_rewrite, requests_in
 from gateway.mcp.stdio import StdioCallSite
 from gateway.mcp.upgrade import Upgrader
-from tests.first_action.mcp_live import FIRST_CALL_ID, judge, suite_of
+from tests.first_action.mcp_live import FIRST_CALL_ID, judge
 from tests.first_action.model import RECORDED, McpServer
 from tests.first_action.outcome import Outcome
 
@@ -51,7 +51,7 @@ async def replay_server(server: McpServer, recorded: dict[str, Any]) -> list[Out
                 continue
             direct = responses.get(str(request_id))
             through = await _relayed(upgrader, site, message, direct)
-            outcomes.append(judge(server.name, call, direct, through, suite_of(server)))
+            outcomes.append(judge(server.name, call, direct, through, server.held_out))
         return outcomes
     finally:
         await enricher.close()

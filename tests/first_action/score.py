@@ -49,7 +49,6 @@ TESTS = ("first_action", "always_retry", "fidelity", "success")
 SUITES: tuple[tuple[Suite, str], ...] = (
     ("http", "HTTP stacks"),
     ("mcp", "MCP servers"),
-    ("mcp-held-out", "MCP servers, held out (docs/packs/corpus.md#the-held-out-set)"),
 )
 
 
