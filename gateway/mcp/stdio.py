@@ -216,8 +216,10 @@ class StdioRelay:
             return line
         key = request_key(message.get("id"))
         pending = self._settle(key) if key is not None else None
-        if pending is None or not may_need_rewrite(line, self.upgrader.reads_successes):
+        if pending is None:
             return line
+        if not may_need_rewrite(line) and not (await self.upgrader).reads_successes:
+            return line  # a success no rule reads (an opt-in rule's tool may: is_error false)
         # Each upgraded failure gets its own id: the draft extension's correlationId. There is
         # no access log in stdio mode, so this line is what an operator finds it by.
         site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
