@@ -20,6 +20,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from gateway.classify import Observation, Verdict
 from gateway.classify.observation import carries_idempotency_key
 from gateway.config.errors import Refused
+from gateway.classify.why_not import PassedOver, passed_over
 from gateway.config.loaded import LoadedConfig
 from gateway.enrich.envelope import JSON_TYPE, Rendering
 from gateway.enrich.step import Enricher, FailureContext
@@ -108,6 +109,10 @@ class Explanation:
     answer: Answer
     filtered: tuple[tuple[str, str], ...] = ()
     """Operator-only: skills that declare the intent but were left out, and why."""
+    passed_over: tuple[PassedOver, ...] = ()
+    """The other rules tried on an HTTP sample, in order, and why each was not chosen."""
+    not_candidates: int = 0
+    """Rules never tried: written for other statuses, faults, paths or MCP."""
 
 
 class SampleError(Refused, ValueError):
@@ -170,9 +175,9 @@ async def explain(
     result = await enricher.enrich(obs, ctx, explained)
     verdict, rendering = result if result is not None else (None, None)
     filtered = _filtered(loaded, verdict, caller, operation)
-    return Explanation(
-        route.spec.name, verdict, rendering, _http_answer(sample, rendering), filtered
-    )
+    others, untried = passed_over(enricher.classifier, obs, verdict.rule if verdict else None)
+    answer = _http_answer(sample, rendering)
+    return Explanation(route.spec.name, verdict, rendering, answer, filtered, others, untried)
 
 
 async def _explain_mcp(
@@ -273,3 +278,33 @@ def _json_or_text(body: bytes) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def render_explanation(result: Explanation) -> str:
+    """What `mendpoint explain` prints, and the console's "Try a rule" page shows, as is."""
+    if result.verdict is None:
+        return f"route: {result.route}\nno rule matched: the response would pass through\n"
+    rule = result.verdict.rule
+    lines = [
+        f"route: {result.route}",
+        f"rule:  {rule.id} ({rule.origin}{', shipped default' if rule.is_default else ''})",
+    ]
+    rendering = result.rendering
+    if rendering is not None:
+        lines += [f"header: {name}: {value}" for name, value in rendering.headers]
+        if rendering.body is None:
+            lines.append("body: unchanged (the upstream's bytes)")
+        elif rendering.content_type != "text/plain; charset=utf-8" and _is_json(rendering.body):
+            lines.append(json.dumps(json.loads(rendering.body), indent=2, ensure_ascii=False))
+        else:
+            lines.append(rendering.body.decode())
+    lines += [f"operator note: skill {skill} not offered: {why}" for skill, why in result.filtered]
+    return "\n".join(lines) + "\n"
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
