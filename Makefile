@@ -10,7 +10,7 @@ LISTEN ?= 127.0.0.1:8080
 ADMIN ?= 127.0.0.1:8491
 
 .PHONY: run fleet-demo test test-slow test-uvloop soak lint typecheck fmt shell check-all clean mcp-servers docs \
-	frameworks system-packages
+	frameworks system-packages console-screenshots
 
 # `make run` needs the runtime alone (aiohttp, pydantic, pyyaml, regex, prometheus-client);
 # everything else installs the test extra on top.
@@ -103,6 +103,11 @@ COV_ARGS := $(if $(filter 1,$(COVERAGE)),--cov --cov-report=,)
 test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_WORKERS) $(COV_ARGS)
 	@$(if $(filter 1,$(COVERAGE)),echo "line coverage of gateway/: $$($(BIN)/coverage report --format=total)%",true)
+
+# The console's pictures in docs/img (docs/operations.md#console), taken by its browser tests
+# in headless Chromium against their gateways and traffic.
+console-screenshots: $(STAMP) system-packages
+	MENDPOINT_CONSOLE_SHOTS=docs/img $(BIN)/python -m pytest tests/console -q
 
 test-slow: $(STAMP) system-packages
 	$(BIN)/python -m pytest -m slow -q || [ $$? -eq 5 ]

@@ -13,6 +13,7 @@ from gateway.offline.suggest import (
     drafts_from,
     fixture_cases,
     render_rules,
+    sample_from_signature,
     samples_from_captures,
 )
 from gateway.serve.admin import AdminError, admin_get, admin_token
@@ -64,6 +65,6 @@ def _samples(source: str, token_file: str | None) -> tuple[list[Sample] | None, 
         if not str(status).isdigit():
             continue
         text = str(row.get("signature", ""))
-        samples.append(Sample(str(row.get("route")), "GET", "/", int(status), "", text, text))
+        samples.append(sample_from_signature(str(row.get("route")), int(status), text))
     note = "from /gaps: signatures only (no bodies, paths or fixtures); capture: gives more"
     return samples, [note]

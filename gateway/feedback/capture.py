@@ -156,10 +156,13 @@ def render(exchange: CapturedFailure, spec: CaptureSpec, redactor: Redactor) -> 
     return json.dumps(record, ensure_ascii=False, indent=1).encode()
 
 
-def load_dir(path: str) -> list[dict[str, Any]]:
-    """Every capture file in `path` (sorted by name: oldest first); unreadable ones skipped."""
+def load_dir(path: str, newest: int | None = None) -> list[dict[str, Any]]:
+    """Every capture file in `path` (sorted by name: oldest first), or only the `newest` N
+    (the console reads a bounded share of a directory that may hold thousands); unreadable
+    ones skipped."""
     found = []
-    for entry in sorted(Path(path).glob(f"*{SUFFIX}")):
+    names = sorted(Path(path).glob(f"*{SUFFIX}"))
+    for entry in names if newest is None else names[-newest:] if newest > 0 else []:
         try:
             data = json.loads(entry.read_text(encoding="utf-8"))
         except (OSError, ValueError):

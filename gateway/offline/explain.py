@@ -308,3 +308,11 @@ def _is_json(body: bytes) -> bool:
     except ValueError:
         return False
     return True
+
+
+def parse_header(line: str) -> tuple[str, str] | None:
+    """`Name: value` (or `Name:value`) as a header; None when there is no name or colon."""
+    name, sep, value = line.partition(":")
+    if not sep or not name.strip():
+        return None
+    return name.strip(), value.strip()

@@ -85,6 +85,11 @@ def samples_from_captures(captures: list[dict[str, Any]]) -> tuple[list[Sample],
     return found, notes
 
 
+def sample_from_signature(route: str, status: int, signature: str) -> Sample:
+    """A /gaps signature as a sample: its masked message is all there is (no body or path)."""
+    return Sample(route, "GET", "/", status, "", signature, signature)
+
+
 def drafts_from(samples: list[Sample]) -> tuple[list[Draft], list[str]]:
     groups: dict[tuple[str, int, str], list[Sample]] = defaultdict(list)
     for sample in samples:

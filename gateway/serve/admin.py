@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import hdrs, web
 
+from gateway.config.loaded import LoadedConfig
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TokenError, read_tokens
 from gateway.feedback.followups import FollowupBook, rank
 from gateway.feedback.shared import SharedTracking
@@ -33,8 +34,17 @@ from gateway.feedback.signatures import Signature, SignatureBook
 from gateway.feedback.store import StoreDown
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.resolve.auth import TokenFile
+from gateway.serve.console.pages import LOGIN, ConsoleSources, add_console, guard, is_console
+from gateway.serve.console.pages import presented_token as console_token
+from gateway.serve.console.pages import refused as console_refused
+from gateway.serve.console.window import RecentCounts, Samples
 from gateway.serve.listeners import is_loopback
-from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES, METRICS_CONTENT_TYPE, exposition
+from gateway.telemetry.metrics import (
+    ADMIN_AUTH_FAILURES,
+    METRICS_CONTENT_TYPE,
+    console_samples,
+    exposition,
+)
 
 log = logging.getLogger("mendpoint")
 
@@ -65,12 +75,18 @@ def build_admin_app(
     followups: FollowupBook | FollowupsSource | None = None,
     tokens: TokenFile | None = None,
     shared: SharedTracking | None = None,
+    config: Callable[[], LoadedConfig] | None = None,
+    counters: Samples | None = None,
 ) -> web.Application:
     """`signatures` is this process's book, or a function ranking gaps from elsewhere;
     `details` adds fields (the supervisor's worker list) to the /readyz answer; `tokens`, the
     bearer tokens every path but the probes' requires; `shared`, the fleet store the books
-    count in, which answers while it is up."""
-    app = web.Application(middlewares=[_token_required(tokens)] if tokens is not None else [])
+    count in, which answers while it is up. With `config` (the running config) the console
+    is served at /ui, its figures read from `counters` (by default this process's own)."""
+    middlewares = [] if tokens is None else [_token_required(tokens)]
+    if config is not None:
+        middlewares.insert(0, guard(tokens))
+    app = web.Application(middlewares=middlewares)
     app[READY_CHECK] = is_ready
     app[GAPS] = (
         local_gaps(signatures, shared) if isinstance(signatures, SignatureBook) else signatures
@@ -85,6 +101,9 @@ def build_admin_app(
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/gaps", _gaps)
     app.router.add_get("/followups", _followups)
+    if config is not None:
+        counts = RecentCounts(counters or console_samples())
+        add_console(app, ConsoleSources(config, app[GAPS], app[FOLLOWUPS], counts, tokens))
     return app
 
 
@@ -103,16 +122,27 @@ def _token_required(tokens: TokenFile) -> Middleware:
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS:
-            reason = tokens.check(request.headers.get(hdrs.AUTHORIZATION))
+        if request.path not in OPEN_PATHS and not _signing_in(request):
+            console = is_console(request.path)
+            authorization = (
+                console_token(request) if console else request.headers.get(hdrs.AUTHORIZATION)
+            )
+            reason = tokens.check(authorization)
             if reason is not None:
                 ADMIN_AUTH_FAILURES.labels(reason=reason).inc()
+                if console:
+                    return console_refused()
                 return web.json_response(
                     {"error": NEEDS_TOKEN}, status=401, headers={hdrs.WWW_AUTHENTICATE: REALM}
                 )
         return await handler(request)
 
     return check
+
+
+def _signing_in(request: web.Request) -> bool:
+    """The console's sign-in form checks the token it is sent itself (and counts refusals)."""
+    return request.path == LOGIN and request.method in ("GET", "POST")
 
 
 def admin_tokens(path: str | None) -> TokenFile | None:

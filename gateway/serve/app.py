@@ -231,6 +231,7 @@ class GatewayServer:
                 followups=self.followups,
                 tokens=tokens,
                 shared=self.shared,
+                config=lambda: self.loaded,
             ),
             access_log=None,
         )

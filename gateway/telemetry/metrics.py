@@ -16,8 +16,9 @@ ignored and nothing costs more.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -27,6 +28,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # `_created` series double the output and no dashboard uses them. (The library does not
@@ -356,3 +358,31 @@ def _latency_child(route: str) -> Histogram:
 def exposition() -> bytes:
     """The Prometheus text format of every Mendpoint metric."""
     return generate_latest(REGISTRY)
+
+
+# --- what the console's window reads (gateway/serve/console/window.py) -----------------------
+
+CounterSample = tuple[str, dict[str, str], float]
+"""A sample's name, labels and value."""
+
+
+class Collects(Protocol):
+    def collect(self) -> Iterable[Metric]: ...
+
+
+def samples_of(*collectors: Collects) -> Callable[[], Iterator[CounterSample]]:
+    """Every sample of these collectors (this process's counters, or the supervisor's sum of
+    its workers'), as plain tuples, read anew at each call."""
+
+    def samples() -> Iterator[CounterSample]:
+        for collector in collectors:
+            for family in collector.collect():
+                for sample in family.samples:
+                    yield sample.name, sample.labels, sample.value
+
+    return samples
+
+
+def console_samples() -> Callable[[], Iterator[CounterSample]]:
+    """The four counters of this process the console's Routes page reads."""
+    return samples_of(REQUESTS, FAILURES, ENVELOPES, FALLBACKS)

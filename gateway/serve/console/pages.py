@@ -1,0 +1,345 @@
+"""The console's routes on the admin app: /ui and its four pages, sign-in, and its assets.
+
+The admin app adds them when it is given the running config (`build_admin_app(console=…)`);
+its token check covers them as it covers every admin path, with the token also accepted from
+the cookie /ui/login sets, since a browser's page loads carry no Authorization header
+(docs/security.md#console).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler, Middleware
+from multidict import CIMultiDict
+
+from gateway.config.loaded import LoadedConfig
+from gateway.failure import Mode, TransportKind
+from gateway.feedback.followups import reading
+from gateway.feedback.signatures import Signature
+from gateway.offline.explain import Sample, SampleError, explain, parse_header, render_explanation
+from gateway.resolve.auth import TokenFile
+from gateway.serve.listeners import is_loopback
+from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES
+
+from . import html, views
+from .window import RecentCounts
+
+PREFIX = "/ui"
+LOGIN = "/ui/login"
+COOKIE = "mendpoint_admin"
+REFRESH_S = 10
+SECURITY_HEADERS = {
+    # No inline script, nothing from elsewhere, no framing: an upstream's text that slipped
+    # past escaping still could not run (docs/security.md#console).
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # same-origin, not no-referrer: with no-referrer a browser posts the forms as Origin: null.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+ASSETS = {
+    "console.css": "text/css",
+    "console.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
+
+Ranked = Sequence[tuple[Signature, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSources:
+    """What the pages read: the admin app's own sources, and the running config."""
+
+    config: Callable[[], LoadedConfig]
+    gaps: Callable[[int], Awaitable[Ranked]]
+    followups: Callable[[], Awaitable[tuple[float, list[dict[str, Any]]]]] | None
+    counts: RecentCounts
+    tokens: TokenFile | None
+
+
+SOURCES: web.AppKey[ConsoleSources] = web.AppKey("mendpoint_console")
+
+
+def is_console(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+def presented_token(request: web.Request) -> str | None:
+    """The Authorization a console request carries: its header, else the sign-in cookie."""
+    header = request.headers.get(hdrs.AUTHORIZATION)
+    if header is not None:
+        return header
+    cookie = request.cookies.get(COOKIE)
+    return None if not cookie else f"Bearer {cookie}"
+
+
+def refused(status: int = 401, message: str | None = None) -> web.Response:
+    """The sign-in page, as the answer to a console request without an accepted token."""
+    response = web.Response(text=html.login(message), status=status, content_type="text/html")
+    response.headers[hdrs.WWW_AUTHENTICATE] = 'Bearer realm="mendpoint-admin"'
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def guard(tokens: TokenFile | None) -> Middleware:
+    """Security headers on every console answer; without a token, only a Host that is an IP
+    address or `localhost`, so a page whose DNS name is rebound to 127.0.0.1 cannot read
+    the console from the victim's browser; and a POST only from the console's own pages."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not is_console(request.path):
+            return await handler(request)
+        if tokens is None and not _literal_host(request.host):
+            return _plain(
+                403,
+                f"the console answers Host {request.host!r} only with admin_token_file set: "
+                "use the listener's IP address or localhost (docs/security.md#console)",
+            )
+        origin = request.headers.get(hdrs.ORIGIN)
+        if request.method == "POST" and origin is not None and not _same_origin(origin, request):
+            return _plain(403, "a console form may be posted only from the console")
+        response = await handler(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return check
+
+
+def _literal_host(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]")
+    if name.lower() == "localhost" or is_loopback(name):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _same_origin(origin: str, request: web.Request) -> bool:
+    return origin == f"{request.scheme}://{request.host}"
+
+
+def _plain(status: int, text: str) -> web.Response:
+    response = web.Response(text=text + "\n", status=status)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def add_console(app: web.Application, sources: ConsoleSources) -> None:
+    app[SOURCES] = sources
+    app.router.add_get(PREFIX, _routes)
+    app.router.add_get(PREFIX + "/", _routes)
+    app.router.add_get(PREFIX + "/routes", _routes)
+    app.router.add_get(PREFIX + "/gaps", _gaps)
+    app.router.add_get(PREFIX + "/agents", _agents)
+    app.router.add_get(PREFIX + "/try", _try_form)
+    app.router.add_post(PREFIX + "/try", _try_post)
+    app.router.add_post(LOGIN, _login)
+    app.router.add_get(LOGIN, _login_form)
+    app.router.add_get(PREFIX + "/logout", _logout)
+    app.router.add_get(PREFIX + "/static/{name}", _asset)
+    app.cleanup_ctx.append(_ticking)
+
+
+async def _ticking(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.get_running_loop().create_task(app[SOURCES].counts.run())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _page(current: str, title: str, body: str, request: web.Request | None = None) -> web.Response:
+    """`request` given: a page of figures, which refreshes itself every REFRESH_S seconds
+    (or `?refresh=N`, 1 to 300)."""
+    refresh = None
+    if request is not None:
+        try:
+            refresh = max(1, min(300, int(request.query.get("refresh", REFRESH_S))))
+        except ValueError:
+            refresh = REFRESH_S
+    text = html.page(current, title, body, refresh_s=refresh)
+    return web.Response(text=text, content_type="text/html")
+
+
+async def _routes(request: web.Request) -> web.Response:
+    sources = request.app[SOURCES]
+    recent = sources.counts.recent()
+    rows = views.route_rows(sources.config().config, recent)
+    return _page("routes", "Routes", html.routes(rows, recent), request)
+
+
+async def _gaps(request: web.Request) -> web.Response:
+    sources = request.app[SOURCES]
+    top = await sources.gaps(views.MAX_GAPS_SHOWN)
+    records = await views.captured(sources.config().config)
+    return _page("gaps", "Gaps", html.gaps(views.gaps(top, records)), request)
+
+
+async def _agents(request: web.Request) -> web.Response:
+    source = request.app[SOURCES].followups
+    if source is None:
+        return _page("agents", "Agents", html.agents([], None, {}))
+    window_s, rows = await source()
+    readings = {(str(r["route"]), str(r["code"])): reading(r) for r in rows}
+    body = html.agents(views.agent_rows(rows), window_s, readings)
+    return _page("agents", "Agents", body, request)
+
+
+async def _try_form(request: web.Request) -> web.Response:
+    sources = request.app[SOURCES]
+    loaded = sources.config()
+    records = await views.captured(loaded.config)
+    fields: dict[str, str] = {}
+    result = ""
+    wanted = request.query.get("sample")
+    if wanted:
+        record = next((r for r in records if str(r.get("request_id")) == wanted), None)
+        if record is None:
+            result = html.try_error(f"no captured sample {wanted!r} (the newest are read)")
+        else:
+            fields = _fields_of(views.sample_from_capture(record), str(record.get("route", "")))
+            fields["sample"] = wanted
+    return _try_page(loaded, fields, records, result)
+
+
+async def _try_post(request: web.Request) -> web.Response:
+    sources = request.app[SOURCES]
+    loaded = sources.config()
+    form = await request.post()
+    fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
+    records = await views.captured(loaded.config)
+    try:
+        sample, mode = _sample_of(fields)
+        result = await explain(loaded, sample, mode)
+    except (SampleError, ValueError) as exc:
+        return _try_page(loaded, fields, records, html.try_error(str(exc)))
+    wanted = fields.get("route")
+    if wanted and wanted != result.route:
+        note = html.try_error(
+            f"path {sample.path} belongs to route {result.route}, not {wanted}: shown for "
+            f"{result.route}"
+        )
+    else:
+        note = ""
+    fields["route"] = result.route
+    return _try_page(
+        loaded, fields, records, note + html.try_result(result, render_explanation(result))
+    )
+
+
+def _try_page(
+    loaded: LoadedConfig, fields: dict[str, str], records: list[dict[str, Any]], result: str
+) -> web.Response:
+    routes = [(spec.name, spec.prefix) for spec in loaded.config.routes]
+    body = html.try_form(routes, fields, views.capture_choices(records), result)
+    return _page("try", "Try a rule", body)
+
+
+def _lines(text: str) -> str:
+    """A textarea's value: browsers send its line breaks as CRLF, whatever was pasted."""
+    return text.replace("\r\n", "\n")
+
+
+def _sample_of(fields: dict[str, str]) -> tuple[Sample, Mode]:
+    transport = fields.get("transport") or None
+    status_text = fields.get("status", "").strip()
+    if (transport is None) == (not status_text):
+        raise ValueError("give exactly one of a status or a transport fault")
+    status = None
+    if status_text:
+        status = int(status_text)
+        if not 100 <= status <= 599:
+            raise ValueError(f"status {status} is not an HTTP status")
+    return (
+        Sample(
+            method=fields.get("method", "GET").strip().upper() or "GET",
+            path=fields.get("path", "/").strip() or "/",
+            status=status,
+            headers=_headers(fields.get("headers", ""), "response header"),
+            body=_lines(fields.get("body", "")).encode(),
+            transport=TransportKind(transport) if transport else None,
+            request_headers=_headers(fields.get("request_headers", ""), "request header"),
+        ),
+        Mode(fields.get("mode", Mode.ENVELOPE.value)),
+    )
+
+
+def _headers(text: str, what: str) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in _lines(text).split("\n"):
+        if not line.strip():
+            continue
+        pair = parse_header(line)
+        if pair is None:
+            raise ValueError(f"{what} {line!r} must be Name: value")
+        headers.add(*pair)
+    return headers
+
+
+def _fields_of(sample: Sample, route: str) -> dict[str, str]:
+    return {
+        "route": route,
+        "method": sample.method,
+        "path": sample.path,
+        "status": "" if sample.status is None else str(sample.status),
+        "transport": "" if sample.transport is None else sample.transport.value,
+        "headers": "\n".join(f"{k}: {v}" for k, v in sample.headers.items()),
+        "body": sample.body.decode("utf-8", "replace"),
+        "mode": Mode.ENVELOPE.value,
+    }
+
+
+async def _login_form(request: web.Request) -> web.Response:
+    return refused(200)
+
+
+async def _login(request: web.Request) -> web.Response:
+    """Check the posted token as a bearer token is checked; keep it in a cookie only this
+    listener's /ui paths get, never sent cross-site, never readable by script."""
+    tokens = request.app[SOURCES].tokens
+    form = await request.post()
+    token = str(form.get("token", "")).strip()
+    if tokens is not None:
+        reason = tokens.check(f"Bearer {token}" if token else None)
+        if reason is not None:
+            ADMIN_AUTH_FAILURES.labels(reason=reason).inc()
+            return refused(401, "that is not a token of the admin_token_file")
+    response = _see(PREFIX + "/routes")
+    if tokens is not None:
+        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path=PREFIX)
+    return response
+
+
+async def _logout(request: web.Request) -> web.Response:
+    response = _see(LOGIN)
+    response.del_cookie(COOKIE, path=PREFIX)
+    return response
+
+
+def _see(location: str) -> web.Response:
+    return web.Response(status=303, headers={hdrs.LOCATION: location})
+
+
+async def _asset(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    kind = ASSETS.get(name)
+    if kind is None:
+        raise web.HTTPNotFound()
+    data = resources.files("gateway.serve.console").joinpath("static", name).read_bytes()
+    return web.Response(body=data, content_type=kind)
