@@ -280,6 +280,15 @@ async def test_try_a_rule_shows_what_mendpoint_explain_prints(
         ],
         "rules": [
             {
+                "id": "widget-conflict",
+                "match": {
+                    "status": [404],
+                    "methods": ["POST"],
+                    "json": {"path": "message", "regex": "taken"},
+                },
+                "error": {"code": "WIDGET_TAKEN", "category": "CONFLICT"},
+            },
+            {
                 "id": "widget-gone",
                 "match": {
                     "status": [404],
@@ -346,6 +355,11 @@ async def test_try_a_rule_shows_what_mendpoint_explain_prints(
     # The rule after the match is named, with why it was not the one.
     others = await browser.text("#others")
     assert "widget-delete" in others and "not tried: widget-gone matched first" in others
+    # The rule before it, with each condition it failed, tried alone by the matcher.
+    conflict = await browser.text("#others tbody tr:first-child")
+    assert conflict.startswith("widget-conflict")
+    assert "method GET is not one of POST" in conflict
+    assert "json message: no value there matches" in conflict
 
     # A captured sample, picked from the list: DELETE misses widget-gone on its message.
     await send(gateway, "DELETE", "/widgets/5")
