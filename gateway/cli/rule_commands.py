@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 
 from multidict import CIMultiDict
@@ -14,7 +13,7 @@ from gateway.cli.serve_command import config_of
 from gateway.config.errors import ConfigError
 from gateway.config.loader import builtin_text, load_config
 from gateway.failure import Mode, TransportKind
-from gateway.offline.explain import Sample, explain
+from gateway.offline.explain import Sample, explain, parse_header, render_explanation
 from gateway.offline.fixtures import load_fixtures, run_fixtures
 from gateway.offline.schema import schema_text
 from gateway.resolve.callers import ANONYMOUS, CallerDirectory
@@ -39,11 +38,11 @@ def _header_pairs(items: list[str], flag: str) -> CIMultiDict[str] | None:
     """`NAME:VALUE` arguments as headers; None (after saying why) when one is malformed."""
     headers: CIMultiDict[str] = CIMultiDict()
     for item in items:
-        name, sep, value = item.partition(":")
-        if not sep or not name.strip():
+        pair = parse_header(item)
+        if pair is None:
             print(f"mendpoint explain: {flag} {item!r} must be NAME:VALUE", file=sys.stderr)
             return None
-        headers.add(name.strip(), value.strip())
+        headers.add(*pair)
     return headers
 
 
@@ -81,36 +80,8 @@ def run_explain(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         caller = found
     result = asyncio.run(explain(loaded, sample, Mode(args.mode), caller=caller))
-    if result.verdict is None:
-        print(f"route: {result.route}\nno rule matched: the response would pass through")
-        return EXIT_OK
-    rule = result.verdict.rule
-    print(f"route: {result.route}")
-    print(f"rule:  {rule.id} ({rule.origin}{', shipped default' if rule.is_default else ''})")
-    rendering = result.rendering
-    if rendering is not None:
-        for name, value in rendering.headers:
-            print(f"header: {name}: {value}")
-        if rendering.body is not None:
-            print(
-                json.dumps(json.loads(rendering.body), indent=2, ensure_ascii=False)
-                if rendering.content_type != "text/plain; charset=utf-8"
-                and _is_json(rendering.body)
-                else rendering.body.decode()
-            )
-        else:
-            print("body: unchanged (the upstream's bytes)")
-    for skill, reason in result.filtered:
-        print(f"operator note: skill {skill} not offered: {reason}")
+    sys.stdout.write(render_explanation(result))
     return EXIT_OK
-
-
-def _is_json(body: bytes) -> bool:
-    try:
-        json.loads(body)
-    except ValueError:
-        return False
-    return True
 
 
 def run_schema(args: argparse.Namespace) -> int:

@@ -19,8 +19,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.classify import Observation, Verdict
 from gateway.classify.observation import carries_idempotency_key
-from gateway.config.errors import Refused
 from gateway.classify.why_not import PassedOver, passed_over
+from gateway.config.errors import Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.enrich.envelope import JSON_TYPE, Rendering
 from gateway.enrich.step import Enricher, FailureContext
