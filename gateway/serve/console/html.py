@@ -107,6 +107,13 @@ def _span(seconds: float) -> str:
     return f"the last {round(seconds / 60)} min"
 
 
+def scope(found: dict[str, object]) -> str:
+    """Whose figures a page shows, as /gaps and /followups say (the fleet, the workers, or
+    this process alone, with why while a configured store is down)."""
+    parts = [f"{esc(k)}: {esc(v)}" for k, v in found.items()]
+    return f'<p class="note scope">figures of {"; ".join(parts)}</p>' if parts else ""
+
+
 # --- Gaps -------------------------------------------------------------------------------------
 
 

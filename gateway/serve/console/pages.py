@@ -63,8 +63,9 @@ class ConsoleSources:
     """What the pages read: the admin app's own sources, and the running config."""
 
     config: Callable[[], LoadedConfig]
-    gaps: Callable[[int], Awaitable[Ranked]]
-    followups: Callable[[], Awaitable[tuple[float, list[dict[str, Any]]]]] | None
+    gaps: Callable[[int], Awaitable[tuple[Ranked, dict[str, object]]]]
+    """/gaps's source: the ranking and whose it is (fleet, workers or this process)."""
+    followups: Callable[[], Awaitable[tuple[float, list[dict[str, Any]], dict[str, object]]]] | None
     counts: RecentCounts
     tokens: TokenFile | None
 
@@ -186,18 +187,19 @@ async def _routes(request: web.Request) -> web.Response:
 
 async def _gaps(request: web.Request) -> web.Response:
     sources = request.app[SOURCES]
-    top = await sources.gaps(views.MAX_GAPS_SHOWN)
+    top, scope = await sources.gaps(views.MAX_GAPS_SHOWN)
     records = await views.captured(sources.config().config)
-    return _page("gaps", "Gaps", html.gaps(views.gaps(top, records)), request)
+    body = html.scope(scope) + html.gaps(views.gaps(top, records))
+    return _page("gaps", "Gaps", body, request)
 
 
 async def _agents(request: web.Request) -> web.Response:
     source = request.app[SOURCES].followups
     if source is None:
         return _page("agents", "Agents", html.agents([], None, {}))
-    window_s, rows = await source()
+    window_s, rows, scope = await source()
     readings = {(str(r["route"]), str(r["code"])): reading(r) for r in rows}
-    body = html.agents(views.agent_rows(rows), window_s, readings)
+    body = html.scope(scope) + html.agents(views.agent_rows(rows), window_s, readings)
     return _page("agents", "Agents", body, request)
 
 
