@@ -273,6 +273,12 @@ def make_pki(root: Path) -> Pki:
     return files
 
 
+# A gateway's first call over TLS pays the handshake (mutual TLS: both certificates verified),
+# which on a loaded machine outlasts the 50 ms default budget; these tests are about who is
+# admitted, so the budget is set out of their way.
+TLS_BUDGET = {"budget_ms": 2000}
+
+
 async def options_through(gateway: RunningGateway) -> list[str]:
     async with gateway.session.post(gateway.url + "/v1/csv") as response:
         body = json.loads(await response.read())
@@ -290,8 +296,12 @@ async def test_mutual_tls_admits_only_gateways_with_a_client_certificate(
     async with resolver(tmp_path, *args, listen="0.0.0.0") as (base, process):
         assert process.returncode is None  # a client CA authenticates: no token needed
         mutual = {"ca_file": pki.ca, "cert_file": pki.client}
-        with_cert = await start_gateway(gateway_config(upstream, base, None, tls=mutual))
-        without = await start_gateway(gateway_config(upstream, base, None, tls={"ca_file": pki.ca}))
+        with_cert = await start_gateway(
+            gateway_config(upstream, base, None, tls=mutual, **TLS_BUDGET)
+        )
+        without = await start_gateway(
+            gateway_config(upstream, base, None, tls={"ca_file": pki.ca}, **TLS_BUDGET)
+        )
         assert await options_through(with_cert) == ["schema.infer_csv_schema"]
         assert await options_through(without) == []
         context = ssl.create_default_context(cafile=pki.ca)
@@ -313,11 +323,13 @@ async def test_tls_and_a_token_together(
     tls_args = ("--tls-cert", pki.server_cert, "--tls-key", pki.server_key)
     async with resolver(tmp_path, *tls_args, "--token-file", token_file) as (base, _):
         verified = {"ca_file": pki.ca}
-        gateway = await start_gateway(gateway_config(upstream, base, token_file, tls=verified))
-        untrusting = await start_gateway(gateway_config(upstream, base, token_file))
+        gateway = await start_gateway(
+            gateway_config(upstream, base, token_file, tls=verified, **TLS_BUDGET)
+        )
+        untrusting = await start_gateway(gateway_config(upstream, base, token_file, **TLS_BUDGET))
         with caplog.at_level(logging.WARNING, logger="mendpoint.resolve"):
             insecure = await start_gateway(
-                gateway_config(upstream, base, token_file, tls={"insecure": True})
+                gateway_config(upstream, base, token_file, tls={"insecure": True}, **TLS_BUDGET)
             )
         assert await options_through(gateway) == ["schema.infer_csv_schema"]
         assert await options_through(untrusting) == []  # the test CA is not in the system store
