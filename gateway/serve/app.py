@@ -54,7 +54,7 @@ from gateway.serve.connection_cap import ConnectionCap, Refuse
 from gateway.serve.handler import expect, handle
 from gateway.serve.listeners import dual_stack_socket
 from gateway.serve.process_tuning import settle
-from gateway.telemetry.logs import set_access_log
+from gateway.telemetry.logs import close_access_log, set_access_log
 from gateway.telemetry.metrics import READY, RELOADS
 
 log = logging.getLogger("mendpoint")
@@ -425,4 +425,5 @@ async def serve_forever(
         await server.stop()
         if supervisor is not None:
             await supervisor.close()
+        close_access_log()  # every drained request's line written before the last word
         log.info("mendpoint stopped")

@@ -3,54 +3,80 @@
 The access line carries what an operator needs to follow one request (its id, route, status,
 upstream status, failure code, rule, mode, durations, fallback reason) and nothing secret:
 no query string, no headers, no caller keys. With the access log off, the per-request cost is
-one `isEnabledFor` check.
+one `isEnabledFor` check. In a served gateway (`setup_logging`) the line is built here once and
+handed to a background writer (gateway.telemetry.access_writer), not through `logging`.
 """
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
 import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from gateway.telemetry.access_writer import AccessWriter
 
 ACCESS = logging.getLogger("mendpoint.access")
 LogFormat = Literal["json", "text"]
 
 
-class _StampedFormatter(logging.Formatter):
+class Stamp:
     """The UTC timestamp both formats begin with, formatted once per second."""
 
     def __init__(self) -> None:
-        super().__init__()
         self._second = -1
         self._second_text = ""
 
-    def _stamp(self, record: logging.LogRecord) -> str:
-        second = int(record.created)
+    def text(self, created: float, msecs: float) -> str:
+        second = int(created)
         if second != self._second:
             self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             self._second = second
-        return f"{self._second_text}.{int(record.msecs):03d}Z"
+        return f"{self._second_text}.{int(msecs):03d}Z"
+
+    def now(self) -> str:
+        """As a LogRecord made now would be stamped (its `msecs`, as logging computes it)."""
+        created = time.time()
+        return self.text(created, int((created - int(created)) * 1000))
+
+
+def json_line(stamp: str, level: str, logger: str, msg: str, fields: object) -> str:
+    payload: dict[str, Any] = {"ts": stamp, "level": level.lower(), "logger": logger, "msg": msg}
+    if isinstance(fields, dict):
+        payload.update(fields)
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def text_line(stamp: str, level: str, logger: str, msg: str, fields: object) -> str:
+    line = f"{stamp} {level} {logger}: {msg}"
+    if isinstance(fields, dict):
+        pairs = [f"{key}={logfmt_value(v)}" for key, v in fields.items() if v is not None]
+        if pairs:
+            line = " ".join((line, *pairs))
+    return line
+
+
+class _StampedFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self._stamp = Stamp()
 
 
 class JsonFormatter(_StampedFormatter):
     """One JSON object per line; structured fields ride in `record.fields`."""
 
     def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
-            "ts": self._stamp(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
+        stamp = self._stamp.text(record.created, record.msecs)
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            payload.update(fields)
         if record.exc_info:
-            payload["exc"] = self.formatException(record.exc_info)
-        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+            fields = {**(fields if isinstance(fields, dict) else {})}
+            fields["exc"] = self.formatException(record.exc_info)
+        return json_line(stamp, record.levelname, record.name, record.getMessage(), fields)
 
 
 class TextFormatter(_StampedFormatter):
@@ -64,12 +90,9 @@ class TextFormatter(_StampedFormatter):
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{self._stamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
+        stamp = self._stamp.text(record.created, record.msecs)
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            pairs = [f"{key}={logfmt_value(v)}" for key, v in fields.items() if v is not None]
-            if pairs:
-                line = " ".join((line, *pairs))
+        line = text_line(stamp, record.levelname, record.name, record.getMessage(), fields)
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -110,6 +133,31 @@ def setup_logging(level: str, fmt: LogFormat, access: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     set_access_log(access)
+    close_access_log()
+    global _access
+    _access = _AccessOutput(AccessWriter(sys.stderr), json_line if fmt == "json" else text_line)
+
+
+@dataclass(frozen=True, slots=True)
+class _AccessOutput:
+    writer: AccessWriter
+    line: Callable[[str, str, str, str, object], str]
+    stamp: Stamp = dataclasses.field(default_factory=Stamp)
+
+
+_access: _AccessOutput | None = None
+"""Set by `setup_logging`; without it (a gateway embedded in a test) lines go via logging."""
+
+
+def close_access_log() -> None:
+    """Write every queued access line and stop the writer; later lines go through logging."""
+    global _access
+    output, _access = _access, None
+    if output is not None:
+        output.writer.close()
+
+
+atexit.register(close_access_log)
 
 
 def set_access_log(enabled: bool) -> None:
@@ -189,4 +237,9 @@ class AccessRecord:
         }
         if self.upstream_request_id is not None:
             fields["upstream_request_id"] = self.upstream_request_id
-        ACCESS.info("request", extra={"fields": fields})
+        output = _access
+        if output is None:
+            ACCESS.info("request", extra={"fields": fields})
+            return
+        stamp = output.stamp.now()
+        output.writer.put(output.line(stamp, "INFO", "mendpoint.access", "request", fields))

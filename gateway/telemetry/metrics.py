@@ -172,6 +172,11 @@ STORE_DROPPED = Counter(
     "Store writes dropped unsent because fleet.queue_max were already waiting for the store",
     registry=REGISTRY,
 )
+ACCESS_LOG_DROPPED = Counter(
+    "mendpoint_access_log_dropped_total",
+    "Access lines dropped because the access log's queue was full (the writer fell behind)",
+    registry=REGISTRY,
+)
 RESOLVER_LATENCY = Histogram(
     "mendpoint_resolver_latency_seconds",
     "Time spent resolving recovery options",
