@@ -199,16 +199,28 @@ def skills() -> list[dict[str, object]]:
 
 
 def mendpoint_config(
-    upstream: str, mode: str, access_log: bool, followups: bool = True, fleet: str | None = None
+    upstream: str,
+    mode: str,
+    access_log: bool,
+    followups: bool = True,
+    fleet: str | None = None,
+    collector: str | None = None,
+    sample_ratio: float = 1.0,
 ) -> dict[str, object]:
     """The gateway config for one benchmark run (as data; written as JSON, which is YAML).
 
     No admin listener (nothing else to bind). The JSON access log and follow-up tracking
     are on, as shipped; the `[log-off]` and `[log-off+followups-off]` columns measure what
     each costs, and `[fleet]` what a fleet store (`fleet`, a redis:// URL) costs beside it.
+    `collector`: traces on, every one sampled (or `sample_ratio` of them), exported to that
+    OTLP/HTTP collector (the tracing row).
     """
     key_hash = hashlib.sha256(API_KEY.encode()).hexdigest()
+    telemetry: dict[str, object] = {}
+    if collector is not None:
+        telemetry["otlp_endpoint"], telemetry["sample_ratio"] = collector, sample_ratio
     return ({"fleet": {"redis": fleet}} if fleet is not None else {}) | {
+        "telemetry": telemetry,
         "listen": "127.0.0.1:0",
         "admin": None,
         "log": {"level": "warning", "access": access_log},
@@ -233,11 +245,14 @@ def write_mendpoint_config(
     access_log: bool,
     followups: bool = True,
     fleet: str | None = None,
+    collector: str | None = None,
+    sample_ratio: float = 1.0,
 ) -> Path:
     port = upstream.rsplit(":", 1)[-1].strip("/")
     suffix = ("-log" if access_log else "") + ("" if followups else "-nofollowups")
     suffix += "-fleet" if fleet is not None else ""
+    suffix += "" if collector is None else f"-traced-{sample_ratio:g}"
     path = root / f"mendpoint-{mode}-{port}{suffix}.yaml"
-    config = mendpoint_config(upstream, mode, access_log, followups, fleet)
+    config = mendpoint_config(upstream, mode, access_log, followups, fleet, collector, sample_ratio)
     path.write_text(json.dumps(config, indent=1))
     return path

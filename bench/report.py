@@ -23,6 +23,7 @@ COLUMNS = (
     "mendpoint-additive[log-off]",
     "mendpoint-additive[log-off+followups-off]",
     "bare+log",
+    "mendpoint-additive+trace",
 )
 LATENCY = ("ok-1", "error-1")
 # The MCP rows (bench/mcp_bench.py) have their own tables: other systems, ratios to direct.
@@ -33,6 +34,7 @@ MCP_NAMES = {
     "mendpoint-bridge": "bridge",
 }
 LOG_OFF = "mendpoint-additive[log-off]"
+TRACED = "mendpoint-additive+trace"
 TIMES = "\u00d7"  # the multiplication sign, kept out of literals for the linter
 Medians = dict[str, dict[str, dict[str, Any]]]
 
@@ -330,6 +332,12 @@ def earlier_targets(results: dict[str, Any]) -> list[Target]:
         ("10 MB throughput, 32 conns, additive / bare", r("10mb-32", add, "bare"), ">=", 0.9),
         ("10 MB peak RSS, additive / bare", r("10mb-32", add, "bare", "rss_mib"), "<=", 1.5),
         ("classification, 10,000 rules / 10 rules", rules.get("ratio_10000_to_10"), "<=", 1.5),
+        (
+            "success throughput, tracing on (ratio 1.0) / off",
+            r("ok-32", TRACED, add),
+            ">=",
+            0.9,
+        ),
     ]
     out: list[Target] = []
     for name, value, op, limit in rows:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -25,9 +26,18 @@ from typing import Any
 
 from bench import harness, mcp_bench, mcp_latency, report
 from bench.baseline import Baseline, base_name, prepare
-from bench.systems import COST_COLUMNS, ROOT, Workload, applies, check, systems
+from bench.systems import (
+    COST_COLUMNS,
+    ROOT,
+    TRACE_SINK_PORT,
+    TRACED,
+    Workload,
+    applies,
+    check,
+    systems,
+)
 from bench.systems import WORKLOADS as ALL_WORKLOADS
-from bench.upstream import Nginx, free_port
+from bench.upstream import Nginx, OtlpSink, free_port
 
 
 @dataclass(frozen=True)
@@ -221,8 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="mendpoint-bench-") as tmp:
         settings = Settings(args.reps, args.seconds, args.warmup, Path(tmp), against)
-        with Nginx(Path(tmp), free_port()) as nginx:
-            samples = run_all(plan(selected, workloads, against), nginx, settings)
+        pairs = plan(selected, workloads, against)
+        traced = any(name.startswith(TRACED) for name, _ in pairs)
+        with (
+            Nginx(Path(tmp), free_port()) as nginx,
+            OtlpSink(Path(tmp), TRACE_SINK_PORT) if traced else contextlib.nullcontext() as sink,
+        ):
+            samples = run_all(pairs, nginx, settings)
+            if sink is not None and sink.exports() == 0:
+                raise RuntimeError(f"{TRACED} exported no spans: the tracing row measured nothing")
     rules = None if args.no_rules else rule_scaling(args.smoke)
     latency = None if args.no_latency else asyncio.run(mcp_latency.measure(args.smoke))
     results = {

@@ -19,6 +19,7 @@ from pathlib import Path
 from bench import fixtures, mcp_bench, mcp_server
 from bench.baseline import Baseline, base_name
 from bench.harness import Reply
+from bench.upstream import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MITMDUMP = ROOT / ".venv" / "bench-mitm" / "bin" / "mitmdump"
@@ -106,14 +107,19 @@ def mendpoint(
     env: tuple[str, ...] = (),
     followups: bool = True,
     fleet: bool = False,
+    collector: str | None = None,
+    sample_ratio: float = 1.0,
 ) -> Command:
     """The shipped defaults (access log and follow-up tracking on) unless told otherwise;
     `env` (NAME=VALUE items) turns a lever off, for the A/B variants; `fleet`, a fleet
-    store (a redis-server of the benchmark's own) on."""
+    store (a redis-server of the benchmark's own) on; `collector` turns traces on (the
+    tracing row)."""
 
     def command(upstream: str, port: int, root: Path) -> list[str]:
         store = fleet_store(root) if fleet else None
-        config = fixtures.write_mendpoint_config(root, upstream, mode, access_log, followups, store)
+        config = fixtures.write_mendpoint_config(
+            root, upstream, mode, access_log, followups, store, collector, sample_ratio
+        )
         listen = f"127.0.0.1:{port}"
         argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
         return [*(["env", *env] if env else []), *argv, "--listen", listen]
@@ -142,6 +148,12 @@ LOG_OFF = "mendpoint-additive[log-off]"
 LOG_AND_FOLLOWUPS_OFF = "mendpoint-additive[log-off+followups-off]"
 COST_COLUMNS = (LOG_OFF, LOG_AND_FOLLOWUPS_OFF)
 COST_WORKLOADS = ("ok-32", "error-32")
+# Tracing on at ratio 1.0, exporting to bench/otlp_sink.py (started by bench/run.py).
+TRACED = "mendpoint-additive+trace"
+TRACED_TENTH = "mendpoint-additive+trace[ratio-0.1]"  # a variant: named with --systems
+TRACE_SINK_PORT = free_port()
+
+
 # Lever A/B variants: measured only when named with --systems (not in the default plan).
 FOLLOWUPS_OFF = "mendpoint-additive[followups-off]"
 FLEET = "mendpoint-additive[fleet]"
@@ -169,6 +181,9 @@ def systems(baseline: Baseline | None = None) -> dict[str, Command | None]:
     table["bare+log"] = bare(True)
     table[LOG_OFF] = mendpoint("additive", access_log=False)
     table[LOG_AND_FOLLOWUPS_OFF] = mendpoint("additive", access_log=False, followups=False)
+    sink = f"http://127.0.0.1:{TRACE_SINK_PORT}"
+    table[TRACED] = mendpoint("additive", collector=sink)
+    table[TRACED_TENTH] = mendpoint("additive", collector=sink, sample_ratio=0.1)
     for name, env in VARIANTS.items():
         table[name] = mendpoint("additive", env=env)
     table[FOLLOWUPS_OFF] = mendpoint("additive", followups=False)
@@ -193,7 +208,7 @@ def applies(system: str, workload: Workload) -> bool:
         return workload.mcp and system in mcp_bench.SYSTEMS
     if system == "direct":
         return not workload.dead_upstream
-    if system.endswith("+log"):
+    if system.endswith("+log") or system.startswith(TRACED):
         return workload.name == "ok-32"
     if system in COST_COLUMNS:
         return workload.name in COST_WORKLOADS

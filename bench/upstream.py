@@ -1,14 +1,20 @@
-"""The nginx upstream: fixed bodies from one worker, on loopback, for the run's lifetime."""
+"""The nginx upstream: fixed bodies from one worker, on loopback, for the run's lifetime; and
+the trace collector the tracing row exports to."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 from bench import harness
 from bench.fixtures import OK_PATH, write_nginx
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Nginx:
@@ -70,3 +76,36 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class OtlpSink:
+    """The trace collector of the tracing row (bench/otlp_sink.py), on the load core."""
+
+    def __init__(self, root: Path, port: int) -> None:
+        self.root = root
+        self.url = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> OtlpSink:
+        argv = [sys.executable, "-m", "bench.otlp_sink", str(self.port)]
+        with (self.root / "otlp-sink.out").open("ab") as out:
+            self.proc = subprocess.Popen(
+                harness.pinned(harness.LOAD_CORE, argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=ROOT,
+            )
+        harness.wait_ready(self.url + "/seen", self.proc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            harness.stop(self.proc)
+
+    def exports(self) -> int:
+        """How many batches the gateway has sent so far (the row is checked with it)."""
+        with urllib.request.urlopen(self.url + "/seen", timeout=5) as answer:
+            seen: dict[str, int] = json.loads(answer.read())
+        return seen["exports"]

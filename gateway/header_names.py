@@ -12,6 +12,7 @@ REQUEST_ID = "X-Request-Id"
 and back to the client, and written into every envelope and log line."""
 
 MCP_SESSION_ID = "Mcp-Session-Id"
+MCP_PROTOCOL_VERSION = "MCP-Protocol-Version"
 """The MCP Streamable HTTP session: relayed as sent on an upstream route; on a bridge route,
 the id of the bridge session (and its child process) that answers."""
 
@@ -28,4 +29,11 @@ to the session's owner saw it. Believed only on the sibling socket
 (`gateway.config.trust.from_sibling`); set by the relaying worker, replacing whatever the
 client sent."""
 
-__all__ = ["ACCEPT", "ERROR_FORMAT", "MCP_SESSION_ID", "RELAYED_PEER", "REQUEST_ID"]
+__all__ = [
+    "ACCEPT",
+    "ERROR_FORMAT",
+    "MCP_PROTOCOL_VERSION",
+    "MCP_SESSION_ID",
+    "RELAYED_PEER",
+    "REQUEST_ID",
+]

@@ -8,6 +8,7 @@ Routes are in `route_model.py`, rule packs in `rule_model.py`, the shared base i
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Annotated, Literal
 
 import regex
@@ -121,6 +122,58 @@ class LogSpec(Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "text"] = "json"
     access: bool = True
+
+
+class TelemetrySpec(Strict):
+    """OpenTelemetry traces over OTLP/HTTP (docs/operations.md#traces); off without an
+    endpoint here or in `OTEL_EXPORTER_OTLP_ENDPOINT`. A key left out falls to its `OTEL_*`
+    variable; the OpenTelemetry SDK comes with `pip install 'mendpoint[otel]'`."""
+
+    # The collector's OTLP/HTTP URL; `/v1/traces` is added to one without a path.
+    otlp_endpoint: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+(/[^#\s]*)?$")
+    service_name: str | None = Field(default=None, min_length=1, max_length=200)
+    # The share of new traces sampled; a caller's own decision (its traceparent) is followed.
+    sample_ratio: float | None = Field(default=None, ge=0, le=1)
+    # Sent with every export (a collector's tenant, say); keep credentials in
+    # OTEL_EXPORTER_OTLP_HEADERS from a secret instead (docs/security.md#trace-export).
+    headers: dict[str, str] = Field(default_factory=dict, max_length=50)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _sdk_installed(cls, value: str | None) -> str | None:
+        """A collector named where the SDK is missing fails at load, with the file and line,
+        not at the first request; found by its installed metadata, without importing it."""
+        missing = [] if value is None else otel_missing()
+        if missing:
+            raise ValueError(
+                f"traces need the OpenTelemetry SDK, which is not installed "
+                f"({', '.join(missing)}): pip install 'mendpoint[otel]'"
+            )
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            if any(ch in text for ch in "\r\n\0"):
+                raise ValueError(f"the value of {name} holds a line break or NUL")
+        return value
+
+
+OTEL_DISTRIBUTIONS = ("opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http")
+
+
+def otel_missing() -> list[str]:
+    """The distributions of the `otel` extra that are not installed."""
+    missing = []
+    for name in OTEL_DISTRIBUTIONS:
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
 
 
 class ShutdownSpec(Strict):
@@ -287,6 +340,7 @@ class GatewayConfig(Strict):
     redaction: RedactionSpec = Field(default_factory=RedactionSpec)
     log: LogSpec = Field(default_factory=LogSpec)
     shutdown: ShutdownSpec = Field(default_factory=ShutdownSpec)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     # Where the upstream's own message is looked for, in order: `extra_message_paths`
     # first, then `message_paths` (giving `message_paths` replaces these defaults).
     message_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_MESSAGE_PATHS))

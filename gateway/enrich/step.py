@@ -220,6 +220,15 @@ class Enricher:
         if record is not None:
             record.failure_code, record.rule, record.mode = failure.code, rule, ctx.mode.value
             record.retryable, record.retry_after_ms = failure.retryable, failure.retry_after_ms
+            if record.trace is not None:
+                record.trace.classified(
+                    failure.code,
+                    failure.category.value,
+                    rule,
+                    failure.retryable,
+                    failure.retry_after_ms,
+                    ctx.mode.value,
+                )
         count_failure(ctx.route, failure.category.value, failure.code, rule, ctx.mode.value)
         if ctx.capture is not None:
             _capture(obs, ctx, ctx.capture, failure, rule, is_default)

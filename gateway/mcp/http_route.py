@@ -25,7 +25,7 @@ from multidict import CIMultiDict
 from gateway.config.models import LimitsSpec
 from gateway.failure import Refusal, TransportKind
 from gateway.fence.aiohttp_private import RelayResponse
-from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
+from gateway.header_names import MCP_PROTOCOL_VERSION, MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp import cors, oauth
 from gateway.mcp.bridge_http import serve_bridge
 from gateway.mcp.correlation import HttpCallSite, Tracker, rewrite_payload
@@ -85,7 +85,10 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
             return await refuse(ctx, Refusal.UNDECODABLE_BODY)
         body = decoded
     upgrader = runtime.upgrader(ctx.state.enricher, ctx.state.loaded)
+    posted = request.method == "POST" and bool(body)
     if spec.command is not None:
+        if ctx.record.trace is not None:
+            _traced(request, ctx, parse_message(body) if posted else None)
         return await serve_bridge(request, ctx, body, sent, runtime.bridges, upgrader)
     session_id = request.headers.get(MCP_SESSION_ID)
     settings = ctx.state.config.mcp
@@ -93,8 +96,11 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
     shared = (
         runtime.sessions.table(session_id) if session_id and request.method != "DELETE" else None
     )
-    if request.method == "POST" and body:
-        for key, pending in requests_in(parse_message(body)):
+    message = parse_message(body) if posted else None
+    if ctx.record.trace is not None:
+        _traced(request, ctx, message)
+    if posted:
+        for key, pending in requests_in(message):
             local.add(key, pending)
             if shared is not None:
                 shared.add(key, pending)
@@ -226,6 +232,14 @@ async def _read_body(content: StreamReader, limits: LimitsSpec) -> tuple[bytes, 
         return await read_capped(content, limits.max_request_body_bytes)
     async with asyncio.timeout(limits.request_body_timeout_s):
         return await read_capped(content, limits.max_request_body_bytes)
+
+
+def _traced(request: web.Request, ctx: RequestContext, message: object) -> None:
+    """The MCP side of the exchange's span (docs/operations.md#traces)."""
+    assert ctx.record.trace is not None
+    headers = request.headers
+    session, version = headers.get(MCP_SESSION_ID), headers.get(MCP_PROTOCOL_VERSION)
+    ctx.record.trace.mcp_request(message, session, version)
 
 
 def _session_id_valid(values: list[str]) -> bool:

@@ -148,6 +148,7 @@ class Upgrader:
         )
         obs.reported_success = reported_success
         ctx = _failure_context(site, pending)
+        _traced_failure(ctx, None)
 
         def rewrite(failure: Failure, payload: dict[str, Any]) -> dict[str, Any]:
             extension = None
@@ -177,6 +178,8 @@ class Upgrader:
             return None if upgraded is None else {**message, "error": upgraded}
 
         ctx = _failure_context(site, pending)
+        if jsonrpc_code is not None:
+            _traced_failure(ctx, jsonrpc_code)
         return await self.enricher.enrich(obs, ctx, self._renderer(ctx, rewrite))
 
     def _safe(self, site: CallSite, pending: Pending) -> bool:
@@ -244,6 +247,14 @@ def _failure_context(site: CallSite, pending: Pending) -> FailureContext:
         operation=pending.tool or pending.method, route=site.route_name, tool=pending.tool
     )
     return site.failure_context(situation)
+
+
+def _traced_failure(ctx: FailureContext, jsonrpc_code: int | None) -> None:
+    """`error.type` on the exchange's span: the JSON-RPC code, or `tool_error` for a tool
+    result with `isError` (a success to HTTP, a failure to whoever called the tool)."""
+    record = ctx.record
+    if record is not None and record.trace is not None:
+        record.trace.mcp_failed(jsonrpc_code)
 
 
 def _payload(failure: Failure, recovery: Recovery, request_id: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from gateway.resolve.remote import (
 )
 from gateway.telemetry.metrics import RESOLVER_LATENCY, ResolverOutcome, count_resolution
 from gateway.telemetry.reporters import GapReporter
+from gateway.telemetry.tracing import note_resolution
 
 log = logging.getLogger("mendpoint.resolve")
 _NO_TIMER = contextlib.nullcontext()
@@ -107,10 +108,10 @@ class RecoveryService:
             async with self.budget(budget_s):
                 return await self.recover(failure, caller, situation)
         except TimeoutError:
-            count_resolution(ResolverOutcome.TIMEOUT)
+            _resolved(ResolverOutcome.TIMEOUT)
             log.warning("recovery resolution over budget request_id=%s", request_id)
         except Exception:
-            count_resolution(ResolverOutcome.ERROR)
+            _resolved(ResolverOutcome.ERROR)
             log.exception("recovery resolution failed request_id=%s", request_id)
         finally:
             RESOLVER_LATENCY.observe(time.monotonic() - begun)
@@ -130,7 +131,7 @@ class RecoveryService:
                 if isinstance(exc, CircuitOpen)
                 else (ResolverOutcome.ERROR)
             )
-            count_resolution(outcome)
+            _resolved(outcome)
             log.warning("remote resolver unavailable (%s); no recovery options", exc)
             return NO_RECOVERY
         options = tuple(
@@ -159,7 +160,7 @@ class RecoveryService:
     @staticmethod
     def _counted(recovery: Recovery) -> Recovery:
         outcome = ResolverOutcome.OPTIONS if recovery.available else ResolverOutcome.NONE
-        count_resolution(outcome)
+        _resolved(outcome)
         return recovery if recovery.available else NO_RECOVERY
 
     def budget(self, seconds: float) -> contextlib.AbstractAsyncContextManager[object]:
@@ -174,3 +175,9 @@ class RecoveryService:
     async def close(self) -> None:
         if self.remote is not None:
             await self.remote.close()
+
+
+def _resolved(outcome: ResolverOutcome) -> None:
+    """One resolution's outcome: counted, and on the request's span while tracing is on."""
+    count_resolution(outcome)
+    note_resolution(outcome.value)

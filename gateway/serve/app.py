@@ -22,7 +22,7 @@ from gateway.config.errors import ConfigError, Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.config.model_base import parse_host_port
-from gateway.config.models import GatewayConfig
+from gateway.config.models import GatewayConfig, TelemetrySpec
 from gateway.config.watch import ConfigWatcher
 from gateway.feedback import shared
 from gateway.feedback.capture import Captures
@@ -56,6 +56,7 @@ from gateway.serve.listeners import dual_stack_socket
 from gateway.serve.process_tuning import settle
 from gateway.telemetry.logs import close_access_log, set_access_log
 from gateway.telemetry.metrics import READY, RELOADS
+from gateway.telemetry.tracing import TRACING, TraceSettings
 
 log = logging.getLogger("mendpoint")
 
@@ -133,6 +134,7 @@ RESTART_ONLY = (
     "limits",
     "shutdown",
     "fleet",
+    "telemetry",
 )
 
 
@@ -182,6 +184,7 @@ class GatewayServer:
 
         `reuse_port` (SO_REUSEPORT) lets the workers of `serve --workers N` share the port.
         """
+        start_tracing(self.loaded.config.telemetry)
         await self.runner.setup()
         host, port = parse_host_port(listen or self.loaded.config.listen)
         server = self.runner.server
@@ -325,6 +328,14 @@ class GatewayServer:
             await self.shared.store.close()  # what is queued is sent if the store answers
         for task in list(self._retired):
             task.cancel()
+        await asyncio.to_thread(TRACING.stop)
+
+
+def start_tracing(spec: TelemetrySpec) -> bool:
+    """Traces on when the config or the `OTEL_*` variables name a collector
+    (docs/operations.md#traces)."""
+    settings = TraceSettings(spec.otlp_endpoint, spec.service_name, spec.sample_ratio, spec.headers)
+    return TRACING.start(settings)
 
 
 def _cut_connections(server: web.Server) -> None:

@@ -21,6 +21,7 @@ from gateway.proxy.relay import send_continue
 from gateway.proxy.state import STATE, GatewayState
 from gateway.telemetry.logs import AccessRecord
 from gateway.telemetry.metrics import IN_FLIGHT, count_request
+from gateway.telemetry.tracing import TRACING
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
 CONTINUE = "100-continue"
@@ -47,6 +48,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     request_id = request_id_of(request)
     target = request_target(request)
     record = AccessRecord(request_id, request.method, request.path, time.monotonic())
+    if TRACING.on:
+        record.trace = TRACING.begin(request)
     IN_FLIGHT.inc()
     try:
         response = await dispatch(request, state, record, target)
@@ -58,6 +61,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     finally:
         IN_FLIGHT.dec()
         count_request(record.route, record.method, record.status)
+        if record.trace is not None:
+            record.trace.end(record)
         record.emit()
 
 

@@ -17,7 +17,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from gateway.telemetry.spans import ExchangeTrace
 
 from gateway.telemetry.access_writer import AccessWriter
 
@@ -215,6 +218,8 @@ class AccessRecord:
     """That failure's outcome, settled by this request."""
     upstream_request_id: str | None = None
     """The upstream's own `X-Request-Id` on its answer, when it differs from ours."""
+    trace: ExchangeTrace | None = None
+    """The exchange's spans, while tracing is on (docs/operations.md#traces)."""
 
     def emit(self) -> None:
         if not ACCESS.isEnabledFor(logging.INFO):
@@ -237,6 +242,10 @@ class AccessRecord:
         }
         if self.upstream_request_id is not None:
             fields["upstream_request_id"] = self.upstream_request_id
+        if self.trace is not None:
+            ids = self.trace.ids()
+            if ids is not None:
+                fields["trace_id"], fields["span_id"] = ids
         output = _access
         if output is None:
             ACCESS.info("request", extra={"fields": fields})

@@ -81,6 +81,7 @@ async def call_upstream(
             idempotent=request.method in route.idempotent,
             interim=interim,
             share=client.share(route.spec.name, route.spec.max_connections),
+            attempts=record.trace,
         )
     except PoolFull as exc:
         return pool_refusal(record.route, exc)
@@ -91,6 +92,8 @@ async def call_upstream(
         return TransportKind.INVALID_RESPONSE
     record.upstream_ms = (time.monotonic() - sent) * 1000
     record.upstream_status = upstream.status
+    if record.trace is not None:
+        record.trace.answered(upstream.status)
     observe_upstream(record.route, record.upstream_ms / 1000)
     return upstream
 

@@ -16,10 +16,11 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 from aiohttp import ClientOSError, ServerDisconnectedError
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.config.route_model import TlsSpec
 from gateway.config.tls import tls_context
@@ -32,6 +33,24 @@ log = logging.getLogger("mendpoint.upstream")
 
 Interim = Callable[[int, str, CIMultiDictProxy[str]], Awaitable[None]]
 """Told of each interim answer passed on to the client: 100 Continue and 103 Early Hints."""
+
+
+class AttemptWatcher(Protocol):
+    """Told of each attempt at one request (a replay is a second one): the exchange's trace
+    (gateway.telemetry.spans), which gives each its span and its `traceparent`."""
+
+    def sending(
+        self,
+        resend_count: int,
+        method: str,
+        origin: Origin,
+        target: str,
+        headers: CIMultiDict[str],
+    ) -> None: ...
+
+    def failed(self, exc: BaseException) -> None: ...
+
+
 # How a reused connection dies when the upstream closed it first; timeouts are not among them
 # (the upstream may still be working on the request).
 CONNECTION_LOST = (ServerDisconnectedError, ClientOSError, ConnectionResetError)

@@ -52,7 +52,7 @@ from gateway.proxy.upstream.exchange import (
     may_replay,
     replayable,
 )
-from gateway.proxy.upstream.links import Dialer, Interim, Link, Origin, peer_closed
+from gateway.proxy.upstream.links import AttemptWatcher, Dialer, Interim, Link, Origin, peer_closed
 from gateway.telemetry.metrics import UPSTREAM_REPLAYS, UPSTREAM_STREAMS
 
 log = logging.getLogger("mendpoint.upstream")
@@ -121,6 +121,7 @@ class UpstreamClient:
         idempotent: bool = False,
         interim: Interim | None = None,
         share: Share | None = None,
+        attempts: AttemptWatcher | None = None,
     ) -> UpstreamResponse:
         """Send one request and return once the response head has arrived.
 
@@ -128,6 +129,7 @@ class UpstreamClient:
         module docstring; without it a request is replayed only if nothing was written.
         `share` is the route's part of the pool (`share()`); without one, the whole pool.
         Raises `PoolFull` when the gateway's own limits left no connection within the wait.
+        `attempts` is told of each attempt as it starts and of each one that raised.
         """
         if share is None:
             share = self._unrouted
@@ -136,15 +138,20 @@ class UpstreamClient:
         total_handle = total.start()
         replayable_body = idempotent and replayable(body)
         fresh = False
+        resend_count = 0
         while True:
+            if attempts is not None:
+                attempts.sending(resend_count, method, origin, target, headers)
             try:
                 with timer:
                     conn = await self._acquire(
                         origin, share, replayable=replayable_body, fresh=fresh
                     )
-            except BaseException:
+            except BaseException as exc:
                 if total_handle is not None:
                     total_handle.cancel()
+                if attempts is not None:
+                    attempts.failed(exc)
                 raise
             conn.total = total_handle
             conn.interim = interim
@@ -156,6 +163,8 @@ class UpstreamClient:
             except BaseException as exc:
                 conn.total = None  # the same total timeout carries over to a replay
                 self.release(origin, conn, reusable=False)
+                if attempts is not None:
+                    attempts.failed(exc)
                 if fresh or not may_replay(conn, exc, idempotent, body):
                     if total_handle is not None:
                         total_handle.cancel()
@@ -170,6 +179,7 @@ class UpstreamClient:
                     method,
                 )
             fresh = True
+            resend_count += 1
 
     def open_ended(self, conn: Link, headers: CIMultiDictProxy[str]) -> None:
         """An answer with no declared end: a stream now if it says it is one (set apart at

@@ -1,0 +1,444 @@
+"""The spans of one exchange, in the conventions trace backends query (docs/operations.md#traces).
+
+One SERVER span per exchange, following the stable HTTP semantic conventions and, on MCP
+routes, the MCP ones; one CLIENT span per upstream attempt, a replay counted with
+`http.request.resend_count`; the gateway's own facts under `mendpoint.`. This module imports
+the OpenTelemetry SDK, so it is loaded only once tracing is on (`telemetry.tracing.start`):
+with tracing off no request touches it.
+
+The server span is started lazily, with the exchange's start time: an MCP request names its
+caller's span in `params._meta.traceparent`, which is known only once the body was read, and
+a span's parent cannot change after it started. Its attributes are collected in a dict and
+set once, when it ends: the SDK validates each attribute as it is set, and that was the
+largest part of what a span cost (docs/operations.md#traces).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, MutableMapping
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+DEFAULT_SERVICE = "mendpoint"
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+FAILURE_EVENT = "mendpoint.failure"
+"""The event a classified failure adds to the server span, when it was classified."""
+KNOWN_METHODS = frozenset(
+    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE", "QUERY"}
+)
+OTHER_METHOD = "_OTHER"
+OTHER_ERROR = "_OTHER"
+CLIENT_CLOSED = 499
+_PROPAGATOR = TraceContextTextMapPropagator()
+log = logging.getLogger("mendpoint.tracing")
+REPORT_EVERY_S = 60.0
+_reported: dict[str, float] = {}
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def never_raises(method: Callable[P, R | None]) -> Callable[P, R | None]:
+    """A trace is an observer: whatever goes wrong in it is logged (once a minute per
+    method), and the request it watches goes on as if tracing were off (None)."""
+
+    @functools.wraps(method)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        try:
+            return method(*args, **kwargs)
+        except Exception:
+            name, now = method.__name__, time.monotonic()
+            if now - _reported.get(name, -REPORT_EVERY_S) >= REPORT_EVERY_S:
+                _reported[name] = now
+                log.exception("tracing %s failed; the request goes on", name)
+            return None
+
+    return guarded
+
+
+class Finished(Protocol):
+    """What the access record knows when the exchange ends (`gateway.telemetry.logs`)."""
+
+    request_id: str
+    route: str
+    status: int
+    failure_code: str | None
+    rule: str | None
+    mode: str | None
+    fallback: str | None
+    retryable: bool | None
+    retry_after_ms: int | None
+    followup: str | None
+
+
+class UpstreamOrigin(Protocol):
+    """Where an attempt goes (the upstream client's `Origin`)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def tls(self) -> bool: ...
+
+
+def build_provider(
+    exporter: SpanExporter, service_name: str | None, sample_ratio: float | None
+) -> TracerProvider:
+    """A provider exporting in batches from the SDK's worker thread, never from the loop.
+
+    `sample_ratio` None leaves the sampler to `OTEL_TRACES_SAMPLER` (the SDK's default: the
+    caller's decision, else always); a ratio samples new traces at it and follows the caller's
+    decision otherwise, so a trace is never cut in half at the gateway. The provider is not
+    shut down at interpreter exit by the SDK (that waits on a slow collector): the gateway
+    shuts it down itself, bounded (`telemetry.tracing.stop`).
+    """
+    resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE}))
+    sampler = None if sample_ratio is None else ParentBased(TraceIdRatioBased(sample_ratio))
+    provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def request_method(method: str) -> dict[str, str]:
+    """`http.request.method`: a method the conventions know, else `_OTHER` and the original."""
+    if method in KNOWN_METHODS:
+        return {"http.request.method": method}
+    return {"http.request.method": OTHER_METHOD, "http.request.method_original": method}
+
+
+def parent_from(traceparent: str | None, tracestate: str | None) -> Context | None:
+    """The remote parent a W3C `traceparent` names, or None (absent or malformed)."""
+    if not traceparent:
+        return None
+    carrier = {TRACEPARENT: traceparent}
+    if tracestate:
+        carrier[TRACESTATE] = tracestate
+    extracted = _PROPAGATOR.extract(carrier)
+    if not trace.get_current_span(extracted).get_span_context().is_valid:
+        return None
+    return extracted
+
+
+def traceparent_of(span: Span) -> str | None:
+    """The `traceparent` that makes `span` the parent of whoever receives it."""
+    sc = span.get_span_context()
+    if not sc.is_valid:
+        return None
+    return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
+
+
+def error_type(exc: BaseException) -> str:
+    """`error.type` of an attempt that raised: the transport fault's kind where the upstream
+    client named one, `timeout`, else the exception's class."""
+    kind = getattr(exc, "kind", None)
+    value = getattr(kind, "value", None)
+    if isinstance(value, str):
+        return value
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return type(exc).__qualname__
+
+
+class ExchangeTrace:
+    """The spans of one exchange: filled in by the data path, exported when it ends."""
+
+    __slots__ = (
+        "_attempt",
+        "_link",
+        "_parent",
+        "_start_ns",
+        "_tracer",
+        "attributes",
+        "category",
+        "mcp_name",
+        "resolution",
+        "span",
+    )
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        method: str,
+        path: str,
+        scheme: str,
+        host: str | None,
+        version: str,
+        traceparent: str | None,
+        tracestate: str | None,
+    ) -> None:
+        self._tracer = tracer
+        self._start_ns = time.time_ns()
+        self._parent = parent_from(traceparent, tracestate)
+        self._link: Context | None = None
+        self._attempt: Span | None = None
+        self.span: Span | None = None
+        self.category: str | None = None
+        self.resolution: str | None = None
+        self.mcp_name: str | None = None
+        attributes: dict[str, Any] = request_method(method)
+        attributes["url.path"] = path
+        attributes["url.scheme"] = scheme
+        attributes["network.protocol.version"] = version
+        if host:
+            name, _, port = host.rpartition(":") if host[-1:] != "]" else (host, "", "")
+            if name and port.isdigit():
+                attributes["server.address"], attributes["server.port"] = name, int(port)
+            else:
+                attributes["server.address"] = host
+        self.attributes = attributes
+
+    # The MCP conventions (docs/operations.md#traces).
+
+    @never_raises
+    def mcp_request(
+        self, message: Any, session_id: str | None, protocol_version: str | None
+    ) -> None:
+        """The MCP side of the span: the first request (or notification) in the message, its
+        session and protocol version, and its `_meta.traceparent` as the parent (the HTTP
+        caller's span, when it differs, becomes a link, as the MCP conventions say)."""
+        first = next(
+            (m for m in (message if isinstance(message, list) else (message,)) if _is_call(m)),
+            None,
+        )
+        attributes = self.attributes
+        attributes["network.protocol.name"] = "http"
+        attributes["network.transport"] = "tcp"
+        if session_id:
+            attributes["mcp.session.id"] = session_id
+        if protocol_version:
+            attributes["mcp.protocol.version"] = protocol_version
+        if first is None:
+            return
+        method = first["method"]
+        attributes["mcp.method.name"] = method
+        self.mcp_name = method
+        version = first.get("jsonrpc")
+        if isinstance(version, str) and version != "2.0":
+            attributes["jsonrpc.protocol.version"] = version
+        request_id = first.get("id")
+        if isinstance(request_id, str | int) and not isinstance(request_id, bool):
+            attributes["jsonrpc.request.id"] = str(request_id)
+        params = first.get("params")
+        if not isinstance(params, dict):
+            return
+        self._mcp_params(method, params)
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and self.span is None:
+            tp, ts = meta.get(TRACEPARENT), meta.get(TRACESTATE)
+            parent = parent_from(
+                tp if isinstance(tp, str) else None, ts if isinstance(ts, str) else None
+            )
+            if parent is not None:
+                self._link, self._parent = self._parent, parent
+
+    def _mcp_params(self, method: str, params: dict[str, Any]) -> None:
+        attributes = self.attributes
+        name = params.get("name")
+        if method == "tools/call" and isinstance(name, str):
+            attributes["gen_ai.tool.name"] = name
+            attributes["gen_ai.operation.name"] = "execute_tool"
+            self.mcp_name = f"{method} {name}"
+        elif method == "prompts/get" and isinstance(name, str):
+            attributes["gen_ai.prompt.name"] = name
+            self.mcp_name = f"{method} {name}"
+        uri = params.get("uri")
+        if method.startswith("resources/") and isinstance(uri, str):
+            attributes["mcp.resource.uri"] = uri
+        version = params.get("protocolVersion")
+        if method == "initialize" and isinstance(version, str):
+            attributes.setdefault("mcp.protocol.version", version)
+
+    @never_raises
+    def mcp_failed(self, jsonrpc_code: int | None) -> None:
+        """A JSON-RPC error (its code) or a tool result with `isError` (`tool_error`)."""
+        if jsonrpc_code is None:
+            self.attributes["error.type"] = "tool_error"
+        else:
+            code = str(jsonrpc_code)
+            self.attributes["error.type"] = code
+            self.attributes["rpc.response.status_code"] = code
+
+    # The gateway's own facts.
+
+    @never_raises
+    def classified(
+        self,
+        code: str,
+        category: str,
+        rule: str,
+        retryable: bool,
+        retry_after_ms: int | None,
+        mode: str,
+    ) -> None:
+        """A classified failure: an event at the moment it was classified."""
+        self.category = category
+        event: dict[str, Any] = {
+            "mendpoint.failure.code": code,
+            "mendpoint.failure.category": category,
+            "mendpoint.rule.id": rule,
+            "mendpoint.failure.retryable": retryable,
+            "mendpoint.mode": mode,
+        }
+        if retry_after_ms is not None:
+            event["mendpoint.failure.retry_after_ms"] = retry_after_ms
+        self._server_span().add_event(FAILURE_EVENT, event)
+
+    # One CLIENT span per upstream attempt (`AttemptWatcher` of the upstream client).
+
+    @never_raises
+    def sending(
+        self,
+        resend_count: int,
+        method: str,
+        origin: UpstreamOrigin,
+        target: str,
+        headers: MutableMapping[str, str],
+    ) -> None:
+        """An attempt starts: its span, and the `traceparent` that makes it the upstream's
+        parent (the caller's `tracestate` goes on as it came)."""
+        self._end_attempt()
+        server = self._server_span()
+        if not server.is_recording():  # not sampled: the upstream's parent is the exchange
+            traceparent = traceparent_of(server)
+            if traceparent is not None:
+                headers[TRACEPARENT] = traceparent
+            return
+        attributes: dict[str, Any] = request_method(method)
+        scheme = "https" if origin.tls else "http"
+        attributes["server.address"] = origin.host
+        attributes["server.port"] = origin.port
+        attributes["url.full"] = f"{scheme}://{origin.host}:{origin.port}{target.split('?')[0]}"
+        if resend_count:
+            attributes["http.request.resend_count"] = resend_count
+        span = self._tracer.start_span(
+            attributes.get("http.request.method", method),
+            context=trace.set_span_in_context(server),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        self._attempt = span
+        traceparent = traceparent_of(span)
+        if traceparent is not None:
+            headers[TRACEPARENT] = traceparent
+
+    @never_raises
+    def failed(self, exc: BaseException) -> None:
+        """The attempt raised (connect, TLS, a reset, a timeout): it ends here."""
+        span = self._attempt
+        if span is None:
+            return
+        kind = error_type(exc)
+        span.set_attribute("error.type", kind)
+        span.set_status(Status(StatusCode.ERROR))
+        span.end()
+        self._attempt = None
+
+    @never_raises
+    def answered(self, status: int) -> None:
+        """The attempt's response head; its span stays open until the exchange ends."""
+        span = self._attempt
+        if span is None:
+            return
+        span.set_attribute("http.response.status_code", status)
+        if status >= 400:
+            span.set_attribute("error.type", str(status))
+            span.set_status(Status(StatusCode.ERROR))
+
+    # The end.
+
+    @never_raises
+    def end(self, record: Finished) -> None:
+        """The exchange is over: every fact on the server span, then both spans end."""
+        self._end_attempt()
+        span = self._server_span()
+        if span.is_recording():
+            attributes = self.attributes
+            self._gateway_facts(record, attributes)
+            if record.status in (0, CLIENT_CLOSED):  # no answer: cancelled, or an exception
+                kind = "client_closed" if record.status else OTHER_ERROR
+                attributes.setdefault("error.type", kind)
+            else:
+                attributes["http.response.status_code"] = record.status
+                if record.status >= 500:
+                    attributes.setdefault("error.type", str(record.status))
+            if record.route != "-":
+                attributes["http.route"] = record.route
+            span.update_name(self._name(record.route))
+            span.set_attributes(attributes)
+            if "error.type" in attributes:
+                span.set_status(Status(StatusCode.ERROR))
+        span.end()
+
+    @never_raises
+    def ids(self) -> tuple[str, str] | None:
+        """The trace and span ids the access log carries (hex, as W3C writes them)."""
+        span = self.span
+        if span is None:
+            return None
+        sc = span.get_span_context()
+        if not sc.is_valid:
+            return None
+        return f"{sc.trace_id:032x}", f"{sc.span_id:016x}"
+
+    def _gateway_facts(self, record: Finished, attributes: dict[str, Any]) -> None:
+        attributes["mendpoint.request.id"] = record.request_id
+        facts = (
+            ("mendpoint.failure.code", record.failure_code),
+            ("mendpoint.failure.category", self.category),
+            ("mendpoint.rule.id", record.rule),
+            ("mendpoint.failure.retryable", record.retryable),
+            ("mendpoint.failure.retry_after_ms", record.retry_after_ms),
+            ("mendpoint.mode", record.mode),
+            ("mendpoint.fallback.reason", record.fallback),
+            ("mendpoint.resolution.outcome", self.resolution),
+            ("mendpoint.followup.outcome", record.followup),
+        )
+        for key, value in facts:
+            if value is not None:
+                attributes[key] = value
+
+    def _name(self, route: str) -> str:
+        if self.mcp_name is not None:
+            return self.mcp_name
+        method = self.attributes["http.request.method"]
+        return method if route == "-" else f"{method} {route}"
+
+    def _server_span(self) -> Span:
+        span = self.span
+        if span is None:
+            links = None
+            if self._link is not None:
+                linked = trace.get_current_span(self._link).get_span_context()
+                links = [Link(linked)]
+            span = self.span = self._tracer.start_span(
+                self.attributes["http.request.method"],
+                context=self._parent if self._parent is not None else otel_context.Context(),
+                kind=SpanKind.SERVER,
+                links=links,
+                start_time=self._start_ns,
+            )
+        return span
+
+    def _end_attempt(self) -> None:
+        if self._attempt is not None:
+            self._attempt.end()
+            self._attempt = None
+
+
+def _is_call(message: Any) -> bool:
+    return isinstance(message, dict) and isinstance(message.get("method"), str)

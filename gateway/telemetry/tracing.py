@@ -1,0 +1,160 @@
+"""Tracing on or off: the one check the data path makes, and starting and stopping the SDK.
+
+Off unless configured (`telemetry.otlp_endpoint`, or the standard `OTEL_EXPORTER_OTLP_*`
+endpoint variables; `OTEL_SDK_DISABLED=true` wins over both). Off, a request costs one
+attribute test in `gateway.serve.handler` and the OpenTelemetry SDK is never imported; on,
+`gateway.telemetry.spans` builds each exchange's spans and the SDK's batch processor exports
+them from its own thread, so a slow or dead collector drops spans and never holds a request
+(docs/operations.md#traces).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Tracer
+
+    from gateway.telemetry.spans import ExchangeTrace
+
+log = logging.getLogger("mendpoint.tracing")
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+TRACES_PATH = "/v1/traces"
+STOP_WAIT_S = 2.0
+"""How long stopping waits for the last batch; a hung collector does not hold a shutdown."""
+INSTALL_HINT = "pip install 'mendpoint[otel]'"
+
+
+class TracingUnavailable(RuntimeError):
+    """The config asks for traces and the OpenTelemetry SDK is not installed."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSettings:
+    """The `telemetry:` block as the tracer needs it (None: the `OTEL_*` variable, if any)."""
+
+    otlp_endpoint: str | None = None
+    service_name: str | None = None
+    sample_ratio: float | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def traces_url(endpoint: str) -> str:
+    """The collector's traces URL: `/v1/traces` is added to a URL without a path, as the
+    OTLP exporter does for `OTEL_EXPORTER_OTLP_ENDPOINT`; a URL with a path is used as is."""
+    if urlsplit(endpoint).path in ("", "/"):
+        return endpoint.rstrip("/") + TRACES_PATH
+    return endpoint
+
+
+def wanted(settings: TraceSettings, environ: Mapping[str, str]) -> bool:
+    """Whether tracing is configured at all, by the file or by the standard variables."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
+    return settings.otlp_endpoint is not None or any(environ.get(n) for n in ENDPOINT_VARIABLES)
+
+
+class Tracing:
+    """The process's tracer: `on` is the one check a request makes."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self._tracer: Tracer | None = None
+        self._provider: TracerProvider | None = None
+        self._exchange: type[ExchangeTrace] | None = None
+
+    def start(self, settings: TraceSettings, environ: Mapping[str, str] = os.environ) -> bool:
+        """Build the provider and exporter when tracing is wanted; whether it is on.
+
+        A config that names a collector without the SDK installed is an error; the standard
+        variables alone (set for a whole cluster, say) only earn a warning.
+        """
+        self.stop()
+        if not wanted(settings, environ):
+            return False
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            from gateway.telemetry import spans
+        except ImportError as exc:
+            if settings.otlp_endpoint is not None:
+                raise TracingUnavailable(
+                    f"telemetry.otlp_endpoint is set but the OpenTelemetry SDK is not "
+                    f"installed ({exc.name}): {INSTALL_HINT}"
+                ) from None
+            log.warning("OTEL_EXPORTER_OTLP_*ENDPOINT is set but %s; no traces", INSTALL_HINT)
+            return False
+        endpoint = None if settings.otlp_endpoint is None else traces_url(settings.otlp_endpoint)
+        exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(settings.headers) or None)
+        provider = spans.build_provider(exporter, settings.service_name, settings.sample_ratio)
+        self._provider = provider
+        self._tracer = provider.get_tracer("mendpoint")
+        self._exchange = spans.ExchangeTrace
+        self.on = True
+        log.info("tracing on: spans exported over OTLP/HTTP to %s", endpoint or "OTEL_* endpoint")
+        return True
+
+    def begin(self, request: web.Request) -> ExchangeTrace:
+        """The spans of the exchange `request` starts (only while `on`)."""
+        assert self._tracer is not None and self._exchange is not None
+        headers = request.headers
+        version = request.version
+        trace = self._exchange(
+            self._tracer,
+            request.method,
+            request.rel_url.raw_path,
+            request.scheme,
+            headers.get("Host"),
+            f"{version.major}.{version.minor}",
+            headers.get("traceparent"),
+            headers.get("tracestate"),
+        )
+        CURRENT.set(trace)
+        return trace
+
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Flush what is queued within `wait_s`, then let the exporter go (its thread is a
+        daemon: a collector that hangs keeps nothing alive)."""
+        provider, self._provider = self._provider, None
+        self.on, self._tracer = False, None
+        if provider is None:
+            return
+        done = threading.Thread(target=provider.shutdown, name="mendpoint-trace-stop", daemon=True)
+        done.start()
+        done.join(wait_s)
+        if done.is_alive():
+            log.warning("the trace collector did not take the last spans within %.0f s", wait_s)
+
+    def force_flush(self, wait_s: float = STOP_WAIT_S) -> bool:
+        """Export what is queued now (tests, and `stop`)."""
+        provider = self._provider
+        return provider is None or provider.force_flush(int(wait_s * 1000))
+
+
+TRACING = Tracing()
+
+CURRENT: contextvars.ContextVar[ExchangeTrace | None] = contextvars.ContextVar(
+    "mendpoint_exchange_trace", default=None
+)
+"""The exchange of the running request, for the one fact found where no request is at hand:
+the resolver's outcome (`gateway.resolve.service`)."""
+
+
+def note_resolution(outcome: str) -> None:
+    """The resolver's outcome for the request being served (nothing when tracing is off)."""
+    trace = CURRENT.get()
+    if trace is not None:
+        trace.resolution = outcome
