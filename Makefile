@@ -15,20 +15,29 @@ ADMIN ?= 127.0.0.1:8491
 # `make run` needs the runtime alone (aiohttp, pydantic, pyyaml, regex, prometheus-client);
 # everything else installs the test extra on top.
 RUNTIME_STAMP := $(VENV)/.runtime-installed
-$(RUNTIME_STAMP): pyproject.toml
+# Both install under requirements/test.lock: the versions the suite last passed with (pip -c:
+# a package the lock does not name installs as pyproject allows). `make lock` writes it anew.
+LOCK := requirements/test.lock
+$(RUNTIME_STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e . -c $(LOCK)
 	touch $(RUNTIME_STAMP)
 
-$(STAMP): pyproject.toml $(RUNTIME_STAMP)
-	$(BIN)/pip install --quiet -e '.[test]'
+$(STAMP): pyproject.toml $(LOCK) $(RUNTIME_STAMP)
+	$(BIN)/pip install --quiet -e '.[test]' -c $(LOCK)
 	touch $(STAMP)
+
+.PHONY: lock
+lock: $(STAMP)
+	@{ echo "# The test tools at the versions the suite last passed with: make installs the test extra"; \
+	   echo "# under these constraints (pip -c). Regenerate with \`make lock\` after changing pyproject's extras."; \
+	   $(BIN)/pip freeze --exclude-editable | grep -v '^-e'; } > $(LOCK)
 
 # The docs site (mkdocs.yml): strict, so a broken link, a missing anchor or a page left out of
 # the nav fails the build. The output goes to site/ (git-ignored).
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,docs]'
+	$(BIN)/pip install --quiet -e '.[test,docs]' -c $(LOCK)
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
