@@ -17,13 +17,13 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler, Middleware
 from multidict import CIMultiDict
 
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import Mode, TransportKind
 from gateway.feedback.followups import reading
 from gateway.feedback.signatures import Signature
+from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.offline.explain import Sample, SampleError, explain, parse_header, render_explanation
 from gateway.resolve.auth import TokenFile
 from gateway.serve.listeners import is_loopback
