@@ -61,14 +61,14 @@ class Spawned:
         """The running server, its lines read up to `limit` bytes whole."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=limit, loop=loop)
-        await loop.connect_read_pipe(
+        reading, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(self.stdout, "rb", 0)
         )
         transport, protocol = await loop.connect_write_pipe(
             asyncio.streams.FlowControlMixin, os.fdopen(self.stdin, "wb", 0)
         )
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
-        return Child(self.process, writer, reader, limit)
+        return Child(self.process, writer, reader, limit, reading)
 
     def abandon(self) -> None:
         """Never attached (the config did not load): kill the server's group, close the pipes."""
@@ -88,11 +88,15 @@ class Child:
         stdin: asyncio.StreamWriter,
         stdout: asyncio.StreamReader,
         limit: int,
+        reading: asyncio.BaseTransport | None = None,
     ) -> None:
         self.process = process
         self.limit = limit
         self._stdin = stdin
         self._stdout = stdout
+        self._reading = reading
+        """The stdout pipe's transport: its own, not the subprocess transport's, so it is closed
+        here once the server is gone (uvloop refuses to close a loop with it still open)."""
         self._stderr = asyncio.create_task(_drain(process.stderr))
 
     @classmethod
@@ -141,6 +145,8 @@ class Child:
         self.signal_group(signal.SIGKILL)
         status = await self.process.wait()
         await self.stop_draining()
+        if self._reading is not None:
+            self._reading.close()
         return status
 
     async def stop_draining(self) -> None:
