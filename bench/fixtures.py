@@ -32,6 +32,24 @@ ERROR_BODY = '{"error":"Row at line 2 has 4 columns, expected 3","status":400}'
 BIG_BYTES = 10 * 1024 * 1024
 API_KEY = "bench-key-reader"
 API_KEY_HEADER = "X-Api-Key"
+# The mix workload (`mix-32`): 95 successes to every 5 failures of five kinds, each a shape
+# real APIs answer with: a 404, a 422 with a validation body, a 429 with Retry-After, a 503,
+# and a transport fault (nginx's `return 444` closes the connection without an answer).
+MIX_PREFIX = "/v1/mix"
+MIX_FAILURES: tuple[tuple[str, int, str], ...] = (
+    ("missing", 404, '{"error":"not_found","message":"No item with id 9999"}'),
+    (
+        "invalid",
+        422,
+        '{"detail":[{"loc":["body","quantity"],"msg":"value is not a valid integer",'
+        '"type":"type_error.integer"}]}',
+    ),
+    ("limited", 429, '{"error":"rate_limited","message":"Too many requests"}'),
+    ("unavailable", 503, '{"error":"unavailable","message":"Service is restarting"}'),
+    ("reset", 444, ""),
+)
+MIX_SUCCESSES = 95
+MIX_RETRY_AFTER_S = 2
 MATCHING_RULE_INDEX = 45
 CUSTOM_RULES = 50
 SKILLS = 20
@@ -59,9 +77,29 @@ http {{
         location = {ok} {{ return 200 '{ok_body}'; }}
         location = {error} {{ return {error_status} '{error_body}'; }}
         location = {big} {{ default_type application/octet-stream; alias {root}/big.bin; }}
+{mix}
     }}
 }}
 """
+
+
+def mix_paths() -> list[tuple[str, int]]:
+    """(path, status nginx answers) of one mix cycle of 100 requests: each failure kind once,
+    spread out, 19 successes before each (444: no answer at all)."""
+    run = MIX_SUCCESSES // len(MIX_FAILURES)
+    cycle: list[tuple[str, int]] = []
+    for name, status, _ in MIX_FAILURES:
+        cycle += [(OK_PATH, 200)] * run + [(f"{MIX_PREFIX}/{name}", status)]
+    return cycle
+
+
+def _mix_locations() -> str:
+    lines = []
+    for name, status, body in MIX_FAILURES:
+        answer = f"return {status};" if not body else f"return {status} '{body}';"
+        extra = f"add_header Retry-After {MIX_RETRY_AFTER_S} always; " if status == 429 else ""
+        lines.append(f"        location = {MIX_PREFIX}/{name} {{ {extra}{answer} }}")
+    return "\n".join(lines)
 
 
 def write_nginx(root: Path, port: int) -> Path:
@@ -80,6 +118,7 @@ def write_nginx(root: Path, port: int) -> Path:
             error_status=ERROR_STATUS,
             error_body=ERROR_BODY,
             big=BIG_PATH,
+            mix=_mix_locations(),
         )
     )
     return conf

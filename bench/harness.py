@@ -96,12 +96,29 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes] | None) -> None:
     raise RuntimeError(f"{url} did not answer within {READY_TIMEOUT_S:.0f} s")
 
 
-def wrk(url: str, conns: int, seconds: int, headers: dict[str, str]) -> Load:
-    """wrk pinned to the load core; one thread (one core) for up to `seconds`."""
-    argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s", "-s", str(LUA)]
+def wrk(url: str, conns: int, seconds: int, headers: dict[str, str], script: Path = LUA) -> Load:
+    """wrk pinned to the load core; one thread (one core) for up to `seconds`. `script`:
+    the Lua file (report.lua's hook, and for a mix its request cycle: `cycle_script`)."""
+    argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s", "-s", str(script)]
     for name, value in headers.items():
         argv += ["-H", f"{name}: {value}"]
     return load_of(run_wrk([*argv, url], seconds))
+
+
+def cycle_script(directory: Path, paths: list[str]) -> Path:
+    """A wrk script that sends `paths` in turn, over and over, with report.lua's hook."""
+    listed = ",".join(json.dumps(p) for p in paths)  # a JSON string is a Lua string here
+    cycle = (
+        f"local paths = {{{listed}}}\n"
+        "local i = 0\n"
+        "request = function()\n"
+        "  i = i % #paths + 1\n"
+        "  return wrk.format(nil, paths[i])\n"
+        "end\n"
+    )
+    script = directory / "cycle.lua"
+    script.write_text(cycle + LUA.read_text())
+    return script
 
 
 def run_wrk(argv: list[str], seconds: int) -> dict[str, Any]:

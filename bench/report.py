@@ -34,6 +34,7 @@ MCP_NAMES = {
     "mendpoint-bridge": "bridge",
 }
 LOG_OFF = "mendpoint-additive[log-off]"
+ADDITIVE = "mendpoint-additive"
 TRACED = "mendpoint-additive+trace"
 TIMES = "\u00d7"  # the multiplication sign, kept out of literals for the linter
 Medians = dict[str, dict[str, dict[str, Any]]]
@@ -291,6 +292,15 @@ def targets(results: dict[str, Any]) -> list[Target]:
             1.2,
         ),
     ]
+    rows.append(
+        (
+            "success path, every other row (ok-1, 10mb-32, down-32), now / --baseline (worse)",
+            "—",
+            success_regression(m),
+            ">=",
+            0.9,
+        )
+    )
     out: list[Target] = []
     for name, start, value, op, limit in rows:
         met = None if value is None else _meets(value, op, limit)
@@ -298,6 +308,27 @@ def targets(results: dict[str, Any]) -> list[Target]:
             (name, start if start == "—" else f"{start}{TIMES}", _target(op, limit), value, met)
         )
     return out
+
+
+# The success rows no target above names, held against the same gateway on --baseline's
+# code: no regression beyond this machine's noise (about ±10 % in CPU per request).
+OTHER_SUCCESS_ROWS = ("ok-1", "10mb-32", "down-32")
+
+
+def success_regression(m: Medians) -> float | None:
+    """The worst of additive now / additive@REV over the other success rows (throughput, or
+    the inverse of p50 on a one-connection row): None without a baseline twin."""
+    worst: float | None = None
+    for workload in OTHER_SUCCESS_ROWS:
+        by_system = m.get(workload, {})
+        for twin in (s for s in by_system if revision_of(s) and base_name(s) == ADDITIVE):
+            key = "p50_ms" if workload in LATENCY else "rps"
+            now = _get(m, workload, ADDITIVE, key)
+            r = ratio(now, _get(m, workload, twin, key))
+            if r is not None and key == "p50_ms":
+                r = 1 / r
+            worst = r if worst is None or (r is not None and r < worst) else worst
+    return worst
 
 
 def earlier_targets(results: dict[str, Any]) -> list[Target]:

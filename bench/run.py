@@ -34,10 +34,16 @@ from bench.systems import (
     Workload,
     applies,
     check,
+    mix_check,
     systems,
 )
 from bench.systems import WORKLOADS as ALL_WORKLOADS
 from bench.upstream import Nginx, OtlpSink, free_port
+
+# What --workloads can name beside the load workloads: the rule microbenchmark and the MCP
+# start-up and per-call latency rows (bench/rules_scaling.py, bench/mcp_latency.py).
+RULES_ROW, LATENCY_ROWS = "rules", "mcp-latency"
+EXTRA_ROWS = (RULES_ROW, LATENCY_ROWS)
 
 
 @dataclass(frozen=True)
@@ -90,14 +96,15 @@ def measure(name: str, workload: Workload, rep: int, nginx: Nginx, settings: Set
     port = free_port()
     upstream = f"http://127.0.0.1:{free_port()}" if workload.dead_upstream else nginx.url
     url = f"http://127.0.0.1:{port}{workload.path}"
+    script = _script(workload, settings.root)
     proc = harness.start(command(upstream, port, settings.root), settings.root / f"{name}.log")
     try:
         harness.wait_ready(url, proc)
         _verify(name, workload, url)
         if settings.warmup:
-            harness.wrk(url, workload.conns, settings.warmup, workload.headers)
+            harness.wrk(url, workload.conns, settings.warmup, workload.headers, script)
         cpu_before = harness.cpu_seconds(proc.pid)
-        load = harness.wrk(url, workload.conns, settings.seconds, workload.headers)
+        load = harness.wrk(url, workload.conns, settings.seconds, workload.headers, script)
         cpu = (harness.cpu_seconds(proc.pid) - cpu_before) / max(load.requests, 1) * 1e6
         rss = harness.peak_rss_mib(proc.pid)
     finally:
@@ -121,12 +128,24 @@ def _measure_direct(workload: Workload, rep: int, nginx: Nginx, settings: Settin
     return Sample("direct", workload.name, rep, **fields, rss_mib=None, cpu_us_per_request=None)
 
 
+def _script(workload: Workload, root: Path) -> Path:
+    """The wrk script: report.lua's hook, with the request cycle of a mixed workload."""
+    if not workload.cycle:
+        return harness.LUA
+    return harness.cycle_script(root, [path for path, _ in workload.cycle])
+
+
 def _load_fields(load: harness.Load) -> dict[str, Any]:
     return asdict(load)
 
 
 def _verify(name: str, workload: Workload, url: str) -> None:
     problem = check(name, workload, harness.fetch(url, workload.headers))
+    base = url.removesuffix(workload.path)
+    for path, status in dict.fromkeys(workload.cycle):
+        problem = problem or mix_check(
+            name, path, status, harness.fetch(base + path, workload.headers)
+        )
     if problem is not None:
         raise RuntimeError(f"{name} on {workload.name}: {problem}")
 
@@ -210,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--smoke", action="store_true", help="1 repetition of 1 s, no warm-up")
     parser.add_argument("--systems", help="comma-separated subset of systems")
-    parser.add_argument("--workloads", help="comma-separated subset of workloads")
+    parser.add_argument(
+        "--workloads",
+        help="comma-separated subset of workloads; with it the rule microbenchmark and the MCP "
+        f"latency rows run only if named ({RULES_ROW}, {LATENCY_ROWS})",
+    )
     parser.add_argument("--no-rules", action="store_true", help="skip the rule microbenchmark")
     parser.add_argument(
         "--no-latency", action="store_true", help="skip the MCP start-up and per-call rows"
@@ -226,7 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         args.reps, args.seconds, args.warmup = 1, 1, 0
     selected = args.systems.split(",") if args.systems else None
     wanted = set(args.workloads.split(",")) if args.workloads else None
+    unknown = (wanted or set()) - {w.name for w in ALL_WORKLOADS} - set(EXTRA_ROWS)
+    if unknown:
+        parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
     workloads = [w for w in ALL_WORKLOADS if wanted is None or w.name in wanted]
+    # --workloads names what runs: the microbenchmark and the MCP latency rows only if named.
+    args.no_rules = args.no_rules or (wanted is not None and RULES_ROW not in wanted)
+    args.no_latency = args.no_latency or (wanted is not None and LATENCY_ROWS not in wanted)
     against = prepare(args.baseline) if args.baseline else None
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="mendpoint-bench-") as tmp:

@@ -36,6 +36,9 @@ class Workload:
     dead_upstream: bool = False
     latency: bool = False
     mcp: bool = False  # MCP tools/call round trips (bench/mcp_bench.py), not wrk GETs to nginx
+    # (path, nginx's status) of the requests wrk sends in turn, for a mixed workload; empty:
+    # every request is to `path`.
+    cycle: tuple[tuple[str, int], ...] = ()
 
 
 WORKLOADS = (
@@ -58,6 +61,15 @@ WORKLOADS = (
     ),
     Workload("10mb-32", fixtures.BIG_PATH, 32, 200),
     Workload("down-32", fixtures.OK_PATH, 32, 502, dead_upstream=True),
+    # 95 % successes, 5 % failures of five kinds (bench/fixtures.py), from one caller by key.
+    Workload(
+        "mix-32",
+        fixtures.OK_PATH,
+        32,
+        200,
+        {fixtures.API_KEY_HEADER: fixtures.API_KEY},
+        cycle=tuple(fixtures.mix_paths()),
+    ),
     # MCP tools/call at 1 and 16 concurrent clients (one session each), half of them failing.
     Workload("mcp-1", mcp_server.PATH, 1, 200, mcp=True),
     Workload("mcp-16", mcp_server.PATH, 16, 200, mcp=True),
@@ -147,7 +159,7 @@ def fleet_store(root: Path) -> str:
 LOG_OFF = "mendpoint-additive[log-off]"
 LOG_AND_FOLLOWUPS_OFF = "mendpoint-additive[log-off+followups-off]"
 COST_COLUMNS = (LOG_OFF, LOG_AND_FOLLOWUPS_OFF)
-COST_WORKLOADS = ("ok-32", "error-32")
+COST_WORKLOADS = ("ok-32", "error-32", "mix-32")
 # Tracing on at ratio 1.0, exporting to bench/otlp_sink.py (started by bench/run.py).
 TRACED = "mendpoint-additive+trace"
 TRACED_TENTH = "mendpoint-additive+trace[ratio-0.1]"  # a variant: named with --systems
@@ -207,7 +219,7 @@ def applies(system: str, workload: Workload) -> bool:
     if workload.mcp or system in MCP_ONLY:
         return workload.mcp and system in mcp_bench.SYSTEMS
     if system == "direct":
-        return not workload.dead_upstream
+        return not workload.dead_upstream and not workload.cycle  # nginx's 444 is no answer
     if system.endswith("+log") or system.startswith(TRACED):
         return workload.name == "ok-32"
     if system in COST_COLUMNS:
@@ -215,6 +227,32 @@ def applies(system: str, workload: Workload) -> bool:
     if workload.name == "10mb-32" and system.startswith("mendpoint-"):
         return system.split("[")[0] in ("mendpoint-additive", "mendpoint-original")
     return True
+
+
+# What a proxy answers for each of the mix's failures, as nginx's status: 444 (nginx closed
+# the connection without an answer) becomes a 502; the rest pass with their own status.
+PROXIED_STATUS = {444: 502}
+# Mendpoint's answer (additive and envelope) to each failure kind of the mix carries these.
+MIX_MARKERS = {
+    404: b'"code":"',
+    422: b'"code":"',
+    429: b'"retry_after_ms":2000',
+    503: b'"retryable":true',
+    444: b"UPSTREAM_",
+}
+
+
+def mix_check(system: str, path: str, status: int, reply: Reply) -> str | None:
+    """What is wrong with one of the mix's sample replies, or None."""
+    want = PROXIED_STATUS.get(status, status)
+    if reply.status != want:
+        return f"{path}: status {reply.status}, expected {want}"
+    mode = base_name(system).removeprefix("mendpoint-").split("[")[0]
+    marker = MIX_MARKERS.get(status)
+    upgraded = base_name(system).startswith("mendpoint-") and mode in ("additive", "envelope")
+    if upgraded and marker is not None and marker not in reply.body:
+        return f"{path}: body lacks {marker!r}: {reply.body[:300]!r}"
+    return None
 
 
 def check(system: str, workload: Workload, reply: Reply) -> str | None:
