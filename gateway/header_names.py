@@ -29,11 +29,17 @@ to the session's owner saw it. Believed only on the sibling socket
 (`gateway.config.trust.from_sibling`); set by the relaying worker, replacing whatever the
 client sent."""
 
+RELAY_SIGNATURE = "X-Mendpoint-Relay"
+"""With `fleet.sessions`: `TIME.HMAC` over a request one replica relays to another's internal
+port (gateway.config.session_keys); the port refuses a request without a valid one, and only
+then is `X-Mendpoint-Peer` believed from another machine."""
+
 __all__ = [
     "ACCEPT",
     "ERROR_FORMAT",
     "MCP_PROTOCOL_VERSION",
     "MCP_SESSION_ID",
     "RELAYED_PEER",
+    "RELAY_SIGNATURE",
     "REQUEST_ID",
 ]

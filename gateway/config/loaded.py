@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from gateway.config.model_base import CommandSpec
 from gateway.config.models import CallersSpec, GatewayConfig
 from gateway.config.rule_model import PolicySpec, RuleSpec, SkillSpec
+from gateway.config.session_keys import SessionKeys
 from gateway.config.yamlsrc import YamlDoc
 
 BUILTIN_PREFIX = "builtin:"  # how a shipped pack is named, in `include:` and as a rule's file
@@ -66,6 +67,8 @@ class LoadedConfig:
     resolver_tls: ssl.SSLContext | None = field(default=None, repr=False)
     # The first line of `fleet.password_file`: the store's password; never printed.
     fleet_password: str | None = field(default=None, repr=False)
+    # From `fleet.sessions.key_file`: what signs bridge session ids and relayed requests.
+    session_keys: SessionKeys | None = field(default=None, repr=False)
 
     def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
         """The line of a field inside a sourced item, for error messages."""

@@ -247,6 +247,37 @@ class FollowupsSpec(Strict):
     max_bytes: int = Field(default=16 << 20, ge=64 << 10, le=4 << 30)
 
 
+class FleetSessionsSpec(Strict):
+    """Bridge sessions usable through any replica (docs/mcp.md#replicas): the key that signs
+    session ids and relayed requests, and the internal port other replicas relay to."""
+
+    # A file of keys, one a line (a Secret mounted read-only): the first signs, every one
+    # verifies, so a key is rotated without a window of 404s. 32 or more visible ASCII.
+    key_file: str = Field(min_length=1)
+    # The internal relay port: other replicas send a session's requests here, signed.
+    listen: str
+    # HOST:PORT other replicas reach `listen` at; default: listen's host, or for 0.0.0.0
+    # and [::] the address this host's name resolves to (a Pod's IP in Kubernetes).
+    advertise: str | None = None
+
+    @field_validator("listen", "advertise")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_host_port(value)
+        return value
+
+    @field_validator("advertise")
+    @classmethod
+    def _reachable(cls, value: str | None) -> str | None:
+        if value is not None and parse_host_port(value)[0] in WILDCARD_HOSTS:
+            raise ValueError("advertise must name an address other replicas can reach")
+        return value
+
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
 class FleetSpec(Strict):
     """The store replicas share follow-ups and gaps through (docs/operations.md#fleet)."""
 
@@ -261,6 +292,8 @@ class FleetSpec(Strict):
     # Store writes waiting while the store is down, replayed when it returns; past this
     # the oldest are dropped, counted (mendpoint_fleet_store_dropped_total).
     queue_max: int = Field(default=10_000, ge=100, le=1_000_000)
+    # Bridge sessions across replicas; without it a session is usable on its replica only.
+    sessions: FleetSessionsSpec | None = None
 
     @field_validator("redis")
     @classmethod

@@ -78,12 +78,17 @@ class Keys:
         self.recovery_prefix = f"{base}:fu:recovery:"
         self.events = f"{base}:fu:events"
         self.gaps = f"{base}:gaps"
+        self.relay_prefix = f"{base}:relay:"
 
     def open(self, key: str) -> str:
         return self.open_prefix + key
 
     def succeeded(self, key: str) -> str:
         return f"{self.open_prefix[: -len('open:')]}ok:{key}"
+
+    def relay(self, replica: str) -> str:
+        """Where `replica`'s internal relay port is (gateway.mcp.bridge_replicas)."""
+        return self.relay_prefix + replica
 
     def recovery(self, route: str, code: str) -> str:
         return f"{self.recovery_prefix}{route}{SEP}{code}"

@@ -46,7 +46,7 @@ from gateway.mcp.jsonrpc import (
     request_key,
     requests_in,
 )
-from gateway.mcp.rpc_errors import PARSE_ERROR, SERVER_ERROR, SESSION_NOT_FOUND, rpc_refusal
+from gateway.mcp.rpc_errors import PARSE_ERROR, SERVER_ERROR, rpc_refusal
 from gateway.mcp.upgrade import Upgrader
 from gateway.proxy.context import RequestContext
 from gateway.proxy.http_failure import answer_transport_failure
@@ -135,12 +135,12 @@ async def _post(
 async def _elsewhere(
     request: web.Request, ctx: RequestContext, sent: bytes, session_id: str, bridges: Bridges
 ) -> web.StreamResponse:
-    """A session this process does not hold: the worker that does answers, else 404. It gets
-    the request as it came, so it reads the body exactly as this worker did."""
-    owner = bridges.owners.socket_for(session_id)
-    if owner is None:
-        return rpc_refusal(404, SESSION_NOT_FOUND, "Session not found", ctx.request_id)
-    return await bridges.owners.relay(request, sent, owner, ctx.request_id, ctx.peer)
+    """A session this process does not hold: the process that does answers (a sibling
+    worker, or another replica with `fleet.sessions`), else 404. It gets the request as it
+    came, so it reads the body exactly as this process did."""
+    return await bridges.owners.answer(
+        request, sent, session_id, ctx.request_id, ctx.peer, ctx.from_replica
+    )
 
 
 def _holder(ctx: RequestContext) -> Holder:

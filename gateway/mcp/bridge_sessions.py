@@ -24,9 +24,10 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 from gateway.config.route_model import RouteSpec
+from gateway.config.session_keys import SessionKeys
 from gateway.failure import Refusal
 from gateway.mcp.bridge_holders import Holder
-from gateway.mcp.bridge_owners import Owners, new_session_id
+from gateway.mcp.bridge_owners import Owners
 from gateway.mcp.bridge_streams import Line, Streams, Waiter
 from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (
@@ -230,7 +231,7 @@ class BridgeSession:
 class Bridges:
     """Every bridge session of the app, by id; lives across config reloads."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: SessionKeys | None = None) -> None:
         self._sessions: dict[str, BridgeSession] = {}
         # Children being started, by route and by (route, holder): counted against the limits.
         self._opening: dict[str, int] = {}
@@ -238,8 +239,9 @@ class Bridges:
         # Sessions already ending (their child may still be exiting): shutdown waits for
         # them too, so no child process outlives the gateway's event loop.
         self._closing: set[BridgeSession] = set()
-        # Under `serve --workers N`: the sibling workers holding the sessions this one does not.
-        self.owners = Owners()
+        # The processes holding the sessions this one does not: sibling workers under
+        # `serve --workers N`, other replicas with `fleet.sessions` (`keys` signs the ids).
+        self.owners = Owners(keys)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -274,7 +276,7 @@ class Bridges:
             self._opening_for[route, holder] -= 1
             if not self._opening_for[route, holder]:
                 del self._opening_for[route, holder]
-        session_id = new_session_id()
+        session_id = self.owners.new_session_id()
         session = BridgeSession(session_id, route, holder, child, spec.session_idle_s, self._drop)
         self._sessions[session_id] = session
         log.info("MCP bridge session %s started for %s, pid %d", session_id, holder, child.pid)

@@ -24,7 +24,7 @@ class McpRuntime:
     def __init__(self, loaded: LoadedConfig) -> None:
         spec = loaded.config.mcp
         self.sessions = SessionTables(spec.max_sessions, spec.max_tracked_requests)
-        self.bridges = Bridges()
+        self.bridges = Bridges(loaded.session_keys)
         self.tools = ToolBook()
         """What each route's server declared of its tools in tools/list (tool_hints); kept
         across reloads, as the servers behind the routes are."""

@@ -29,6 +29,7 @@ from yarl import URL
 from gateway.failure import Refusal
 from gateway.fence.aiohttp_private import (
     BadHttpMessage,
+    HeadCheck,
     HttpProcessingError,
     LineTooLong,
     RawRequestMessage,
@@ -53,7 +54,8 @@ class GatewayProtocol(RequestHandler):
     answered in the gateway's `default_mode` like its other own answers (`proxy.own_answers`).
 
     `on_lost` is told once when the connection ends: the connection cap counts a connection
-    from its accept to its end (`gateway.serve.connection_cap.ConnectionCap`)."""
+    from its accept to its end (`gateway.serve.connection_cap.ConnectionCap`). `check`
+    replaces `head_refusal` as the test of every request head (it should call it too)."""
 
     __slots__ = ("_on_lost", "_state")
 
@@ -63,12 +65,13 @@ class GatewayProtocol(RequestHandler):
         *,
         state: StateHolder,
         on_lost: Callable[[], None] | None = None,
+        check: HeadCheck | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self._state = state
         self._on_lost = on_lost
-        check_request_heads(self, head_refusal)
+        check_request_heads(self, head_refusal if check is None else check)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         on_lost, self._on_lost = self._on_lost, None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,14 +56,26 @@ class RequestContext:
 
     @functools.cached_property
     def peer(self) -> str | None:
-        """The TCP peer's address; for a request a sibling worker relayed to the bridge
-        session it holds (`serve --workers`, docs/mcp.md#workers), the peer that worker saw,
-        so trust, caller and session holder come out as they would have there."""
+        """The TCP peer's address; for a request a sibling worker (`serve --workers`,
+        docs/mcp.md#workers) or another replica (docs/mcp.md#replicas) relayed to the bridge
+        session it holds, the peer that process saw, so trust, caller and session holder come
+        out as they would have there."""
         request = self.request
         relayed = request.headers.get(RELAYED_PEER)
-        if relayed is not None and from_sibling(request.transport):
+        if relayed is not None and (from_sibling(request.transport) or self.from_replica):
             return relayed or None
         return request.remote
+
+    @functools.cached_property
+    def from_replica(self) -> bool:
+        """Another replica relayed this request, signed with the fleet's session key
+        (gateway.config.session_keys): its word on the client's peer is believed, and it is
+        never relayed to a third."""
+        keys = self.state.loaded.session_keys
+        request = self.request
+        return keys is not None and keys.signs(
+            request.method, request.raw_path, request.headers, time.time()
+        )
 
     @functools.cached_property
     def from_trusted_proxy(self) -> bool:

@@ -54,6 +54,7 @@ from gateway.serve.connection_cap import ConnectionCap, Refuse
 from gateway.serve.handler import expect, handle
 from gateway.serve.listeners import dual_stack_socket
 from gateway.serve.process_tuning import settle
+from gateway.serve.session_relay import SessionRelay, start_relay
 from gateway.telemetry.logs import close_access_log, set_access_log
 from gateway.telemetry.metrics import READY, RELOADS
 from gateway.telemetry.tracing import TRACING, TraceSettings
@@ -172,6 +173,7 @@ class GatewayServer:
         self._server: asyncio.Server | None = None
         self.connections = ConnectionCap(limits.max_client_connections)
         self._retired: set[asyncio.Task[None]] = set()
+        self._relay: SessionRelay | None = None  # fleet.sessions' internal port
 
     @property
     def loaded(self) -> LoadedConfig:
@@ -216,6 +218,10 @@ class GatewayServer:
             await web.UnixSite(self.runner, sibling_socket).start()
         if self.shared is not None:
             await self.shared.store.start(self.shared.received)
+        bridges = self.app[mcp_runtime.MCP_RUNTIME].bridges  # fleet.sessions: replicas relay here
+        self._relay = await start_relay(
+            self.loaded, server, holder, self.shared, bridges.owners, reuse_port
+        )
         if admin is not None:
             self.admin_address = await self._start_admin(admin)
         self._set_ready(True)
@@ -316,6 +322,8 @@ class GatewayServer:
         try:
             if self._server is not None:
                 self._server.close()
+            if self._relay is not None:
+                await self._relay.close()
             await self.runner.cleanup()
             if self._server is not None:
                 await self._server.wait_closed()  # after the cut: 3.12 waits for connections

@@ -21,6 +21,7 @@ from gateway.config.loader import load_config
 
 CONFIG = "gateway.yaml"
 HEAD = "routes:\n  - name: api\n    upstream: http://127.0.0.1:9000\n"  # lines 1-3
+FLEET = "fleet:\n  redis: redis://127.0.0.1:6379/0\n"  # lines 4-5
 COMMANDS = "commands:\n  refresh: {run: tool auth refresh, idempotent: true}\n"
 
 
@@ -536,6 +537,38 @@ CASES: dict[str, Bad] = {
         HEAD + "fleet:\n  redis: rediss://127.0.0.1:6380/0\n  tls: {ca_file: none.pem}\n",
         "gateway.yaml:6: fleet.tls",
         "cannot read a TLS file",
+    ),
+    "fleet-sessions-missing-key-file": Bad(
+        HEAD + FLEET + "  sessions:\n    key_file: none.key\n    listen: 127.0.0.1:8492\n",
+        "gateway.yaml:7: fleet.sessions.key_file",
+        "cannot read @DIR@/none.key",
+    ),
+    "fleet-sessions-short-key": Bad(
+        HEAD + FLEET + "  sessions:\n    key_file: short.key\n    listen: 127.0.0.1:8492\n",
+        "gateway.yaml:7: fleet.sessions.key_file",
+        "key 2 is shorter than 32 characters",
+        files={"short.key": "a" * 40 + "\n" + "b" * 20 + "\n"},
+    ),
+    "fleet-sessions-bad-listen": Bad(
+        HEAD + FLEET + "  sessions:\n    key_file: k.key\n    listen: nowhere\n",
+        "gateway.yaml:8: fleet.sessions.listen",
+        "HOST:PORT",
+        files={"k.key": "a" * 40 + "\n"},
+    ),
+    "fleet-sessions-wildcard-advertise": Bad(
+        HEAD
+        + FLEET
+        + "  sessions:\n    key_file: k.key\n    listen: 0.0.0.0:8492\n"
+        + "    advertise: 0.0.0.0:8492\n",
+        "gateway.yaml:9: fleet.sessions.advertise",
+        "other replicas can reach",
+        files={"k.key": "a" * 40 + "\n"},
+    ),
+    "fleet-sessions-without-listen": Bad(
+        HEAD + FLEET + "  sessions:\n    key_file: k.key\n",
+        "gateway.yaml:6: fleet.sessions.listen",
+        "Field required",
+        files={"k.key": "a" * 40 + "\n"},
     ),
     "pack-top-level-sequence": Bad(
         HEAD + "include: [pack.yaml]\n",

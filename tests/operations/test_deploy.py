@@ -20,6 +20,7 @@ from gateway.config.loader import load_catalog, load_config
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import ShutdownSpec
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
+from gateway.config.session_keys import MIN_KEY_CHARS
 from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.paths import DEPLOY
@@ -71,6 +72,8 @@ def test_the_expected_objects_exist() -> None:
         ("Service", "mendpoint-redis"),
         ("Secret", "mendpoint-redis-password"),
         ("NetworkPolicy", "mendpoint-redis"),
+        ("Secret", "mendpoint-session-key"),
+        ("NetworkPolicy", "mendpoint-gateway"),
     } <= kinds
 
 
@@ -102,6 +105,10 @@ def test_mendpoint_container_args_parse_and_configs_load(
                 fleet = config["fleet"] | {
                     "password_file": str(mounted[config["fleet"]["password_file"]])
                 }
+                if "sessions" in fleet:
+                    sessions = fleet["sessions"]
+                    key_file = str(mounted[sessions["key_file"]])
+                    fleet["sessions"] = sessions | {"key_file": key_file}
                 config_path.write_text(yaml.safe_dump(config | {"fleet": fleet}))
             if "--token-file" in argv:
                 assert read_tokens(str(mounted[argv[argv.index("--token-file") + 1]]))
@@ -287,6 +294,33 @@ def test_only_gateway_pods_may_reach_the_resolver_and_the_store(policy_name: str
         [p["name"] for p in ports],
         [p["containerPort"] for p in ports],
     )
+
+
+def test_only_gateway_pods_may_reach_the_relay_port() -> None:
+    """fleet.sessions' internal port is admitted from the gateway's Pods only, its key comes
+    from a Secret whose placeholder the gateway refuses, and the other ports stay open as
+    they were (docs/security.md#bridge-sessions-across-replicas)."""
+    gateway = objects("Deployment")["mendpoint-gateway"]
+    ports = {p["name"]: p["containerPort"] for p in containers(gateway)[0]["ports"]}
+    config = yaml.safe_load(objects("ConfigMap")["mendpoint-gateway"]["data"]["gateway.yaml"])
+    sessions = config["fleet"]["sessions"]
+    assert parse_host_port(sessions["listen"])[1] == ports["relay"]
+    secret = objects("Secret")["mendpoint-session-key"]
+    assert sessions["key_file"] in {
+        f"{mount}/{key}"
+        for mount in mounts_of(gateway, "mendpoint-session-key")
+        for key in secret["stringData"]
+    }
+    assert all(len(value) < MIN_KEY_CHARS for value in secret["stringData"].values())
+    spec = objects("NetworkPolicy")["mendpoint-gateway"]["spec"]
+    labels = gateway["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= labels.items()
+    open_rule, relay_rule = spec["ingress"]
+    assert "from" not in open_rule  # traffic and probes from wherever they came
+    assert {p["port"] for p in open_rule["ports"]} == {ports["http"], ports["admin"]}
+    (peer,) = relay_rule["from"]
+    assert set(peer) == {"podSelector"} and peer["podSelector"]["matchLabels"] == labels
+    assert [p["port"] for p in relay_rule["ports"]] == [ports["relay"]]
 
 
 def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
