@@ -5,6 +5,7 @@ shipped defaults (real processes on loopback; no load)."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def test_a_cycle_is_95_successes_and_one_failure_of_each_kind_spread_out() -> No
     statuses = Counter(status for _, status in MIX.cycle)
     assert statuses == {200: 95, 404: 1, 422: 1, 429: 1, 503: 1, 444: 1}
     failures = [i for i, (_, status) in enumerate(MIX.cycle) if status != 200]
-    assert [b - a for a, b in zip(failures, failures[1:], strict=False)] == [20, 20, 20, 20]
+    assert [b - a for a, b in itertools.pairwise(failures)] == [20, 20, 20, 20]
     assert not applies("direct", MIX)  # nginx's 444 is no answer at all
     assert applies("mendpoint-additive[log-off+followups-off]", MIX)
 
