@@ -89,8 +89,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 argv,
                 listen_address,
                 admin_address,
-                loaded.config.shutdown,
-                loaded.admin_token_file,
+                loaded,
             )
         return EXIT_OK
     with contextlib.suppress(KeyboardInterrupt):

@@ -343,6 +343,23 @@ def _network(value: str) -> str:
 # One CIDR block (or address) per item, checked item by item so an error names its line.
 TrustedBlock = Annotated[str, AfterValidator(_network)]
 
+_HOST_NAME = regex.compile(
+    r"(?i)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*\.?"
+)
+
+
+def _host_name(value: str) -> str:
+    if not _HOST_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a DNS name: give the name alone, without scheme or port "
+            "(IP addresses and localhost are answered anyway)"
+        )
+    return value.lower().rstrip(".")
+
+
+# A name the admin listener answers without a token (docs/security.md#dns-rebinding).
+AdminHost = Annotated[str, AfterValidator(_host_name)]
+
 
 class GatewayConfig(Strict):
     """The `mendpoint serve --config` file (docs/configuration.md)."""
@@ -352,6 +369,9 @@ class GatewayConfig(Strict):
     # The bearer tokens the admin listener accepts on /metrics, /gaps and /followups, one per
     # line (docs/security.md#admin-authentication); /healthz and /readyz stay open.
     admin_token_file: str | None = Field(default=None, min_length=1)
+    # Without a token, the admin listener answers a Host that is an IP address, localhost or
+    # one of these names, and refuses any other: a DNS-rebound page's (docs/security.md).
+    admin_hosts: list[AdminHost] = Field(default_factory=list)
     # `serve --workers`: processes sharing `listen` (SO_REUSEPORT); 0 or "auto": usable CPUs.
     workers: int | Literal["auto"] = 1
     include: list[str] = Field(default_factory=list)

@@ -12,6 +12,7 @@ nothing; such origins must be listed.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 
 from gateway.config.route_model import RouteSpec
 
@@ -29,11 +30,11 @@ def origin_allowed(origin: str, host: str | None, allowed: list[str] | None) -> 
     wanted = origin.strip().rstrip("/").lower()
     if allowed is None:
         netloc = wanted.partition("://")[2]
-        return bool(host) and netloc == (host or "").lower() and _not_rebindable(netloc)
+        return bool(host) and netloc == (host or "").lower() and not_rebindable(netloc)
     return "*" in allowed or wanted in {a.rstrip("/").lower() for a in allowed}
 
 
-def host_allowed(host: str, allowed: list[str]) -> bool:
+def host_allowed(host: str, allowed: Collection[str]) -> bool:
     """`host:port` matches an entry naming it exactly, or naming the host with no port."""
     host = host.strip().lower()
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
@@ -41,8 +42,9 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
     return host in entries or name in entries
 
 
-def _not_rebindable(netloc: str) -> bool:
-    """`localhost` or an IP literal: names no attacker's DNS can point at the gateway."""
+def not_rebindable(netloc: str) -> bool:
+    """`localhost` or an IP literal: names no attacker's DNS can point at the gateway (the
+    admin listener's check too: gateway.serve.admin_guard)."""
     bracketed = netloc.startswith("[")
     name = netloc[1:].partition("]")[0] if bracketed else netloc.rsplit(":", 1)[0]
     if name == "localhost":

@@ -22,7 +22,7 @@ import logging
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from aiohttp import hdrs, web
 
@@ -34,6 +34,7 @@ from gateway.feedback.signatures import Signature, SignatureBook
 from gateway.feedback.store import StoreDown
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.resolve.auth import TokenFile
+from gateway.serve.admin_guard import OPEN_PATHS, rebinding_guard
 from gateway.serve.console.pages import LOGIN, ConsoleSources, add_console, guard, is_console
 from gateway.serve.console.pages import presented_token as console_token
 from gateway.serve.console.pages import refused as console_refused
@@ -77,15 +78,18 @@ def build_admin_app(
     shared: SharedTracking | None = None,
     config: Callable[[], LoadedConfig] | None = None,
     counters: Samples | None = None,
+    hosts: Collection[str] = (),
 ) -> web.Application:
     """`signatures` is this process's book, or a function ranking gaps from elsewhere;
     `details` adds fields (the supervisor's worker list) to the /readyz answer; `tokens`, the
-    bearer tokens every path but the probes' requires; `shared`, the fleet store the books
-    count in, which answers while it is up. With `config` (the running config) the console
-    is served at /ui, its figures read from `counters` (by default this process's own)."""
-    middlewares = [] if tokens is None else [_token_required(tokens)]
+    bearer tokens every path but the probes' requires; without them, only a `Host` that is an
+    address or one of `hosts` is answered (gateway.serve.admin_guard); `shared`, the fleet
+    store the books count in, which answers while it is up. With `config` (the running
+    config) the console is served at /ui, its figures read from `counters` (by default this
+    process's own)."""
+    middlewares = [rebinding_guard(hosts) if tokens is None else _token_required(tokens)]
     if config is not None:
-        middlewares.insert(0, guard(tokens))
+        middlewares.insert(0, guard())
     app = web.Application(middlewares=middlewares)
     app[READY_CHECK] = is_ready
     app[GAPS] = (
@@ -107,8 +111,6 @@ def build_admin_app(
     return app
 
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-"""What a kubelet probe asks for, and it carries no token: liveness and readiness only."""
 REALM = 'Bearer realm="mendpoint-admin"'
 NEEDS_TOKEN = (
     "this admin path needs Authorization: Bearer TOKEN, a token of the gateway's "

@@ -131,6 +131,7 @@ RESTART_ONLY = (
     "listen",
     "admin",
     "admin_token_file",
+    "admin_hosts",
     "workers",
     "limits",
     "shutdown",
@@ -241,6 +242,7 @@ class GatewayServer:
                 tokens=tokens,
                 shared=self.shared,
                 config=lambda: self.loaded,
+                hosts=self.loaded.config.admin_hosts,
             ),
             access_log=None,
         )

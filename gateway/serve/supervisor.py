@@ -41,8 +41,8 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
-from gateway.config.models import ShutdownSpec
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
 from gateway.serve import listeners, process_tuning
 from gateway.serve.admin import (
@@ -82,15 +82,14 @@ class Supervisor:
         argv: Sequence[str],
         listen: str,
         admin: str | None,
-        shutdown: ShutdownSpec,
-        admin_token_file: str | None = None,
+        loaded: LoadedConfig,
     ) -> None:
         self.count = count
         self._argv = list(argv)
         self._listen = listen
         self._admin = admin
-        self._admin_token_file = admin_token_file
-        self._shutdown = shutdown
+        self.loaded = loaded
+        self._shutdown = loaded.config.shutdown
         self._workers: dict[int, Worker] = {}
         self._restarts = [0] * count
         self._all_ready_once = False
@@ -158,7 +157,7 @@ class Supervisor:
     async def _start_admin(self, metrics_path: str) -> web.AppRunner:
         assert self._admin is not None
         host, port = parse_host_port(self._admin)
-        tokens = admin_tokens(self._admin_token_file)
+        tokens = admin_tokens(self.loaded.admin_token_file)
         warn_if_exposed(host, tokens)
         app = build_admin_app(
             lambda: self.ready,
@@ -167,6 +166,7 @@ class Supervisor:
             details=self.details,
             followups=self.followups,
             tokens=tokens,
+            hosts=self.loaded.config.admin_hosts,
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -412,14 +412,7 @@ class Supervisor:
 
 
 def supervise(
-    count: int,
-    argv: Sequence[str],
-    listen: str,
-    admin: str | None,
-    shutdown: ShutdownSpec,
-    admin_token_file: str | None = None,
+    count: int, argv: Sequence[str], listen: str, admin: str | None, loaded: LoadedConfig
 ) -> int:
     """Run a supervisor on its own event loop; its exit status."""
-    return process_tuning.run(
-        Supervisor(count, argv, listen, admin, shutdown, admin_token_file).run()
-    )
+    return process_tuning.run(Supervisor(count, argv, listen, admin, loaded).run())

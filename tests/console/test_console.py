@@ -456,4 +456,4 @@ async def test_without_a_token_the_console_answers_only_its_address_and_its_own_
         async with session.get(
             admin_url(gateway, "/gaps"), headers={"Host": "evil.example"}
         ) as answer:
-            assert answer.status == 200  # the JSON API is as it was (docs/security.md#console)
+            assert answer.status == 403  # as every admin path (docs/security.md#dns-rebinding)

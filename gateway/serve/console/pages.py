@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -26,7 +25,6 @@ from gateway.feedback.signatures import Signature
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.offline.explain import Sample, SampleError, explain, parse_header, render_explanation
 from gateway.resolve.auth import TokenFile
-from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES
 
 from . import html, views
@@ -94,21 +92,15 @@ def refused(status: int = 401, message: str | None = None) -> web.Response:
     return response
 
 
-def guard(tokens: TokenFile | None) -> Middleware:
-    """Security headers on every console answer; without a token, only a Host that is an IP
-    address or `localhost`, so a page whose DNS name is rebound to 127.0.0.1 cannot read
-    the console from the victim's browser; and a POST only from the console's own pages."""
+def guard() -> Middleware:
+    """Security headers on every console answer, a refusal included; and a POST only from
+    the console's own pages. (Without a token, a rebound DNS name is refused before this, as
+    on every admin path: gateway.serve.admin_guard.)"""
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not is_console(request.path):
             return await handler(request)
-        if tokens is None and not _literal_host(request.host):
-            return _plain(
-                403,
-                f"the console answers Host {request.host!r} only with admin_token_file set: "
-                "use the listener's IP address or localhost (docs/security.md#console)",
-            )
         origin = request.headers.get(hdrs.ORIGIN)
         if request.method == "POST" and origin is not None and not _same_origin(origin, request):
             return _plain(403, "a console form may be posted only from the console")
@@ -117,18 +109,6 @@ def guard(tokens: TokenFile | None) -> Middleware:
         return response
 
     return check
-
-
-def _literal_host(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]")
-    if name.lower() == "localhost" or is_loopback(name):
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 def _same_origin(origin: str, request: web.Request) -> bool:
