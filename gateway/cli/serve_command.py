@@ -90,6 +90,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 listen_address,
                 admin_address,
                 loaded,
+                config,
             )
         return EXIT_OK
     with contextlib.suppress(KeyboardInterrupt):

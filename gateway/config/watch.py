@@ -1,4 +1,5 @@
-"""Watching the loaded config files and asking for a reload when one changes.
+"""Watching the loaded config files and asking for a reload when one changes; what a reload
+reads (the file again, with the settings that take effect on restart kept as they run).
 
 Polls the files' modification time, size and inode (portable, no extra dependency) and waits
 for them to stay unchanged for `debounce_s` before firing, so an editor's write-rename or a
@@ -13,7 +14,24 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 
+from gateway.config.loaded import LoadedConfig
+from gateway.config.loader import load_config
+from gateway.config.models import GatewayConfig
+
 log = logging.getLogger("mendpoint.reload")
+
+# Settings read once when the server starts; a reload that changes them is logged, not applied.
+RESTART_ONLY = (
+    "listen",
+    "admin",
+    "admin_token_file",
+    "admin_hosts",
+    "workers",
+    "limits",
+    "shutdown",
+    "fleet",
+    "telemetry",
+)
 
 Fingerprint = tuple[tuple[str, int, int, int], ...]
 
@@ -76,3 +94,20 @@ class ConfigWatcher:
             except Exception:
                 log.exception("reload after a file change failed")
             seen = fingerprint(self._files())
+
+
+def reloaded_config(path: str, running: GatewayConfig, *, quiet: bool = False) -> LoadedConfig:
+    """A reloaded file, with the running process's restart-only settings: a reload that
+    changes them says so (unless `quiet`: the supervisor, whose workers say it) and changes
+    nothing they govern (a 413's limit, the limit a refusal's fix names), so what the
+    gateway enforces and what it says agree (ConfigError when the file is bad)."""
+    loaded = load_config(path)
+    kept = {}
+    for key in RESTART_ONLY:
+        if getattr(running, key) != getattr(loaded.config, key):
+            if not quiet:
+                log.warning("config reload: %r changed; it takes effect on restart", key)
+            kept[key] = getattr(running, key)
+    if kept:
+        loaded.config = loaded.config.model_copy(update=kept)
+    return loaded

@@ -20,10 +20,9 @@ from aiohttp import helpers, web
 
 from gateway.config.errors import ConfigError, Refused
 from gateway.config.loaded import LoadedConfig
-from gateway.config.loader import load_config
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import GatewayConfig, TelemetrySpec
-from gateway.config.watch import ConfigWatcher
+from gateway.config.watch import ConfigWatcher, reloaded_config
 from gateway.feedback import shared
 from gateway.feedback.capture import Captures
 from gateway.feedback.followups import FollowupBook
@@ -124,20 +123,6 @@ async def _flush_captures(app: web.Application) -> None:
 
 async def _close_resolver(app: web.Application) -> None:
     await app[STATE].current.recovery.close()
-
-
-# Settings read once when the server starts; a reload that changes them is logged, not applied.
-RESTART_ONLY = (
-    "listen",
-    "admin",
-    "admin_token_file",
-    "admin_hosts",
-    "workers",
-    "limits",
-    "shutdown",
-    "fleet",
-    "telemetry",
-)
 
 
 class GatewayServer:
@@ -361,18 +346,7 @@ def _cut_connections(server: web.Server) -> None:
 
 
 def _build_state(path: str, running: GatewayConfig) -> GatewayState:
-    """The state of a reloaded file, with the running process's restart-only settings: a
-    reload that changes them says so and changes nothing they govern (a 413's limit, the
-    limit a refusal's fix names), so what the gateway enforces and what it says agree."""
-    loaded = load_config(path)
-    kept = {}
-    for key in RESTART_ONLY:
-        if getattr(running, key) != getattr(loaded.config, key):
-            log.warning("config reload: %r changed; it takes effect on restart", key)
-            kept[key] = getattr(running, key)
-    if kept:
-        loaded.config = loaded.config.model_copy(update=kept)
-    return GatewayState.build(loaded)
+    return GatewayState.build(reloaded_config(path, running))
 
 
 class Supervisor(Protocol):

@@ -9,8 +9,9 @@ listener (the workers open none):
 - /metrics sums every worker's metrics. Each worker writes them to files in a private
   directory (`observe.MULTIPROC_DIR_ENV`), and `observe.WorkerMetrics` reads them all.
 - /readyz answers 200 only while every worker is ready and nothing is draining, and lists the
-  workers.
-- /gaps merges every worker's table of unmatched signatures, asked over each link.
+  workers. /gaps and /followups join every worker's table, asked over each link.
+- /ui, the console, reads the same sums and the config, which the supervisor reloads as the
+  workers do (docs/operations.md#console).
 
 Signals:
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -41,8 +43,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
+from gateway.config.watch import ConfigWatcher, reloaded_config
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
 from gateway.serve import listeners, process_tuning
 from gateway.serve.admin import (
@@ -54,11 +58,13 @@ from gateway.serve.admin import (
     warn_if_exposed,
 )
 from gateway.serve.worker_process import STABLE_S, Worker, backoff_s, describe_exit
-from gateway.serve.worker_tables import workers_followups, workers_gaps
+from gateway.serve.worker_tables import workers_details, workers_followups, workers_gaps
 from gateway.serve.workers import LINK_LIMIT, MetricsDir, format_host_port, reserve
+from gateway.telemetry.metrics import samples_of
 from gateway.telemetry.multiprocess import (
     MULTIPROC_DIR_ENV,
     SupervisorMetrics,
+    WorkerCounters,
     retire_worker,
     worker_exposition,
 )
@@ -83,12 +89,15 @@ class Supervisor:
         listen: str,
         admin: str | None,
         loaded: LoadedConfig,
+        config_path: str | None = None,
     ) -> None:
         self.count = count
         self._argv = list(argv)
         self._listen = listen
         self._admin = admin
         self.loaded = loaded
+        self._config_path = config_path
+        self._reloads: set[asyncio.Task[None]] = set()
         self._shutdown = loaded.config.shutdown
         self._workers: dict[int, Worker] = {}
         self._restarts = [0] * count
@@ -139,11 +148,15 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGTERM, self._request_stop, signal.SIGTERM)
         loop.add_signal_handler(signal.SIGINT, self._request_stop, signal.SIGINT)
         loop.add_signal_handler(signal.SIGHUP, self._forward_hup)
+        watcher = ConfigWatcher(lambda: self.loaded.files, self._reload)
+        if self._config_path is not None:
+            watcher.start()
         slots = [loop.create_task(self._slot(index)) for index in range(self.count)]
         try:
             await self._stopped.wait()
             clean = await self._drain(slots)
         finally:
+            await watcher.stop()
             for task in slots:
                 task.cancel()
             await asyncio.gather(*slots, return_exceptions=True)
@@ -167,6 +180,8 @@ class Supervisor:
             followups=self.followups,
             tokens=tokens,
             hosts=self.loaded.config.admin_hosts,
+            config=lambda: self.loaded,
+            counters=samples_of(WorkerCounters(metrics_path)),
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -178,7 +193,8 @@ class Supervisor:
         bound = runner.addresses[0]
         self.admin_address = (str(bound[0]), int(bound[1]))
         log.info(
-            "admin listening on http://%s (/metrics /readyz /gaps /followups …), for %d workers",
+            "admin listening on http://%s (/metrics /readyz /gaps /followups /ui …), for %d "
+            "workers",
             format_host_port(*self.admin_address),
             self.count,
         )
@@ -335,6 +351,22 @@ class Supervisor:
                 worker.signal(signal.SIGHUP)
             else:  # still starting: its handler is not installed yet
                 worker.hup_pending = True
+        task = asyncio.get_running_loop().create_task(self._reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload(self) -> None:
+        """The console's config, reloaded as each worker reloads its own (SIGHUP, a changed
+        file); a bad file keeps the running one, and each worker logs why."""
+        if self._config_path is None:
+            return
+        path, running = self._config_path, self.loaded.config
+        try:
+            self.loaded = await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(reloaded_config, path, running, quiet=True)
+            )
+        except ConfigError:
+            return
 
     def _request_stop(self, signum: int) -> None:
         if not self._stopping:
@@ -365,20 +397,8 @@ class Supervisor:
     # -- the admin sources -------------------------------------------------------------------
 
     def details(self) -> dict[str, object]:
-        """For /readyz: each worker's pid (None between a crash and its restart), readiness
-        and restart count."""
-        rows = []
-        for index in range(self.count):
-            worker = self._workers.get(index)
-            rows.append(
-                {
-                    "worker": index,
-                    "pid": worker.pid if worker else None,
-                    "ready": worker is not None and worker.ready,
-                    "restarts": self._restarts[index],
-                }
-            )
-        return {"workers": rows}
+        """For /readyz: each worker's pid, readiness and restart count."""
+        return workers_details(self._workers, self._restarts)
 
     async def gaps(self, limit: int) -> tuple[Ranked, Scope]:
         """Every worker's table, counts summed per signature (gateway.serve.worker_tables); a
@@ -412,7 +432,12 @@ class Supervisor:
 
 
 def supervise(
-    count: int, argv: Sequence[str], listen: str, admin: str | None, loaded: LoadedConfig
+    count: int,
+    argv: Sequence[str],
+    listen: str,
+    admin: str | None,
+    loaded: LoadedConfig,
+    config_path: str | None = None,
 ) -> int:
     """Run a supervisor on its own event loop; its exit status."""
-    return process_tuning.run(Supervisor(count, argv, listen, admin, loaded).run())
+    return process_tuning.run(Supervisor(count, argv, listen, admin, loaded, config_path).run())

@@ -1,4 +1,4 @@
-"""The supervisor's /gaps and /followups: its workers' answers joined into one
+"""The supervisor's /gaps, /followups and /readyz: its workers' answers joined into one
 (docs/operations.md#workers).
 
 Without a fleet store each worker answers for itself and the tables are summed. With one,
@@ -8,11 +8,30 @@ N of them would count every outcome N times (docs/operations.md#fleet).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.feedback.followups import merge
 from gateway.feedback.signatures import Signature
 from gateway.serve.admin import FLEET, FollowupTable, Ranked, Scope
+from gateway.serve.worker_process import Worker
+
+
+def workers_details(workers: Mapping[int, Worker], restarts: Sequence[int]) -> dict[str, object]:
+    """/readyz's list: each slot's worker pid (None between a crash and its restart),
+    readiness and restart count."""
+    rows = []
+    for index, count in enumerate(restarts):
+        worker = workers.get(index)
+        rows.append(
+            {
+                "worker": index,
+                "pid": worker.pid if worker else None,
+                "ready": worker is not None and worker.ready,
+                "restarts": count,
+            }
+        )
+    return {"workers": rows}
 
 
 def workers_gaps(answers: list[dict[str, Any]], limit: int) -> tuple[Ranked, Scope]:
