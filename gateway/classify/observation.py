@@ -48,6 +48,9 @@ class Observation:
     reported_success: bool = False
     """An MCP result the server reported as a success (`isError: false`), read only by the
     rules that opt in (`match.mcp.is_error: false`)."""
+    missing_arguments: tuple[str, ...] = ()
+    """A failed MCP tool call's arguments that its tool's inputSchema (in the server's
+    tools/list) requires and the call left out (`match.mcp.missing_required`)."""
     _text: Any = field(default=_UNSET, repr=False)
     _json: Any = field(default=_UNSET, repr=False)
     _inner: Any = field(default=_UNSET, repr=False)

@@ -97,6 +97,8 @@ class CompiledRule:
     idempotent: bool | None = None
     reads_successes: bool = False
     """`match.mcp.is_error: false`: tried on results reported as successes, and only there."""
+    missing_required: bool | None = None
+    """`match.mcp.missing_required`: the call left out a required argument (or did not)."""
     fields: tuple[FieldSource, ...] = ()
 
     @property
@@ -112,6 +114,7 @@ class CompiledRule:
             and self.tool is None
             and self.jsonrpc_code is None
             and self.idempotent is None
+            and self.missing_required is None
         )
 
     @property
@@ -140,6 +143,11 @@ class CompiledRule:
             return None
         if self.idempotent is not None and obs.replay_safe != self.idempotent:
             return None
+        if (
+            self.missing_required is not None
+            and bool(obs.missing_arguments) != self.missing_required
+        ):
+            return None
         for name, pattern in self.headers:
             value = obs.headers.get(name)
             found = (
@@ -150,6 +158,8 @@ class CompiledRule:
             if found is None:
                 return None
         captures: Captures = {}
+        if self.missing_required:
+            captures["missing"] = ", ".join(obs.missing_arguments)
         if self.json:
             body = obs.json
             for condition in self.json:
@@ -200,6 +210,7 @@ def compile_rule(sourced: SourcedRule, order: int) -> CompiledRule:
         tool=compile_glob(match.mcp.tool, "") if match.mcp and match.mcp.tool else None,
         jsonrpc_code=match.mcp.jsonrpc_code if match.mcp else None,
         reads_successes=match.mcp is not None and not match.mcp.is_error,
+        missing_required=match.mcp.missing_required if match.mcp else None,
         idempotent=match.idempotent,
         fields=tuple(FieldSource.compile(f) for f in spec.error.fields_specs),
     )

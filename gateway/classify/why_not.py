@@ -24,6 +24,7 @@ _ABSENT: dict[str, Any] = {
     "tool": None,
     "jsonrpc_code": None,
     "idempotent": None,
+    "missing_required": None,
     "headers": (),
     "json": (),
     "body": None,
@@ -89,6 +90,9 @@ def _reason(name: str, rule: CompiledRule, obs: Observation) -> str:
         return f"path {obs.path} does not match its glob"
     if name == "idempotent":
         return f"the request is {'' if obs.replay_safe else 'not '}safe to replay"
+    if name == "missing_required":
+        left_out = "left out" if obs.missing_arguments else "did not leave out"
+        return f"the call {left_out} a required argument"
     if name == "body":
         return "the body does not match its pattern"
     return f"{name} does not match"

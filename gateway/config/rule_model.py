@@ -39,6 +39,10 @@ class McpMatch(Strict):
     """false: the rule reads results the server reported as successes (`isError: false`)
     and turns a match into a failure; opt-in, per tool
     (docs/rules.md#failures-reported-as-successes)."""
+    missing_required: bool | None = None
+    """true: the call left out an argument its tool's inputSchema lists as `required` (the
+    server's tools/list, as the gateway saw it); `{missing}` names them; false: it did not
+    (docs/rules.md#required-arguments)."""
 
 
 StatusSpec = int | str

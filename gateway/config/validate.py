@@ -187,6 +187,8 @@ def rule_problems(
         captures.update(parse_json_path(condition.path).names)
     if error.fields is not None:
         captures.add("fields")
+    if match.mcp is not None and match.mcp.missing_required:
+        captures.add("missing")
     for index, status in enumerate(match.status or []):
         try:
             parse_status(status)

@@ -34,10 +34,13 @@ _REWRITABLE = re.compile(rb'"isError"[ \t\n\r]*:[ \t\n\r]*true|"error"|"tools"')
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """What an outstanding request asked for: its method and, for `tools/call`, the tool."""
+    """What an outstanding request asked for: its method and, for `tools/call`, the tool and
+    the names of the arguments it gave (what the tool's inputSchema `required` is checked
+    against when the call fails: docs/rules.md#required-arguments)."""
 
     method: str
     tool: str | None = None
+    arguments: frozenset[str] = frozenset()
 
 
 def request_key(value: Any) -> RequestKey | None:
@@ -57,11 +60,15 @@ def requests_in(message: Any) -> Iterator[tuple[RequestKey, Pending]]:
         if not isinstance(method, str) or key is None or method in UNTOUCHED_METHODS:
             continue
         tool = None
+        given: frozenset[str] = frozenset()
         params = item.get("params")
         if method == "tools/call" and isinstance(params, dict):
             name = params.get("name")
             tool = name if isinstance(name, str) else None
-        yield key, Pending(method, tool)
+            arguments = params.get("arguments")
+            if isinstance(arguments, dict) and arguments:
+                given = frozenset(arguments)
+        yield key, Pending(method, tool, given)
 
 
 def parse_message(raw: bytes | str) -> Any:

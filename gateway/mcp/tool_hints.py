@@ -1,4 +1,6 @@
-"""What each server's `tools/list` says about repeating a call (docs/rules.md#tool-annotations).
+"""What each server's `tools/list` says about a tool: whether a call may be repeated
+(docs/rules.md#tool-annotations), and which arguments it requires (its inputSchema's
+`required`: docs/rules.md#required-arguments).
 
 The MCP schema's `ToolAnnotations`: `readOnlyHint` "If true, the tool does not modify its
 environment"; `idempotentHint` "If true, calling the tool repeatedly with the same arguments
@@ -15,15 +17,32 @@ side effect repeated, as it would by any client that believes it.
 Remembered per route (a stdio relay is one route) and tool name, the most recent listing
 winning; at most `CAPACITY` tools, the least recently listed forgotten first, so a server
 that lists a new tool name each time cannot grow the gateway's memory. A tool never listed
-is not replay-safe.
+is not replay-safe, and requires nothing the gateway knows of.
+
+A failed call that left out an argument the tool's inputSchema lists as `required` failed
+for that, whatever the server's message says (a server that runs a command without it may
+report the command's own failure, a refused connection even): the caller can fix it by
+giving the argument, and no retry of the same call can succeed. Only the first
+`REQUIRED_LIMIT` names of a schema are kept, each at most `NAME_LIMIT` characters long.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 CAPACITY = 4096
+REQUIRED_LIMIT = 64
+NAME_LIMIT = 128
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFacts:
+    """What one `tools/list` entry says that the classification uses."""
+
+    replay_safe: bool
+    required: tuple[str, ...] = ()
 
 
 def replay_safe(tool: Any) -> bool:
@@ -34,15 +53,26 @@ def replay_safe(tool: Any) -> bool:
     return annotations.get("readOnlyHint") is True or annotations.get("idempotentHint") is True
 
 
+def required_arguments(tool: Any) -> tuple[str, ...]:
+    """The argument names one `tools/list` entry's inputSchema lists as `required`."""
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    required = schema.get("required") if isinstance(schema, dict) else None
+    if not isinstance(required, list):
+        return ()
+    names = (n for n in required if isinstance(n, str) and 0 < len(n) <= NAME_LIMIT)
+    return tuple(dict.fromkeys(names))[:REQUIRED_LIMIT]
+
+
 class ToolBook:
-    """Which tools of which route are safe to call again, from the listings seen."""
+    """What the listings seen say of each tool of each route: safe to call again, and the
+    arguments it requires."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
-        self._safe: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._tools: OrderedDict[tuple[str, str], ToolFacts] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._safe)
+        return len(self._tools)
 
     def learn(self, route: str, result: Any) -> None:
         """Note every tool a `tools/list` result names (one page of it, if paged)."""
@@ -54,10 +84,20 @@ class ToolBook:
             if not isinstance(name, str):
                 continue
             key = (route, name)
-            self._safe[key] = replay_safe(tool)
-            self._safe.move_to_end(key)
-        while len(self._safe) > self.capacity:
-            self._safe.popitem(last=False)
+            self._tools[key] = ToolFacts(replay_safe(tool), required_arguments(tool))
+            self._tools.move_to_end(key)
+        while len(self._tools) > self.capacity:
+            self._tools.popitem(last=False)
 
     def is_replay_safe(self, route: str, tool: str | None) -> bool:
-        return tool is not None and self._safe.get((route, tool), False)
+        facts = None if tool is None else self._tools.get((route, tool))
+        return facts is not None and facts.replay_safe
+
+    def missing_arguments(
+        self, route: str, tool: str | None, given: frozenset[str]
+    ) -> tuple[str, ...]:
+        """The required arguments of the tool (as last listed) that the call did not give."""
+        facts = None if tool is None else self._tools.get((route, tool))
+        if facts is None:
+            return ()
+        return tuple(name for name in facts.required if name not in given)

@@ -147,6 +147,7 @@ class Upgrader:
             site, pending, tool_error_text(result), self._safe(site, pending)
         )
         obs.reported_success = reported_success
+        obs.missing_arguments = self._missing(site, pending)
         ctx = _failure_context(site, pending)
         _traced_failure(ctx, None)
 
@@ -172,6 +173,7 @@ class Upgrader:
         code = error.get("code")
         jsonrpc_code = code if isinstance(code, int) and not isinstance(code, bool) else None
         obs = _observation(site, pending, dump(error), jsonrpc_code, self._safe(site, pending))
+        obs.missing_arguments = self._missing(site, pending)
 
         def rewrite(_: Failure, payload: dict[str, Any]) -> dict[str, Any] | None:
             upgraded = upgraded_error(error, payload)
@@ -186,6 +188,13 @@ class Upgrader:
         """The call may be sent again: the site says so, or tools/list declared the tool
         read-only or idempotent (`match.idempotent` then holds; docs/rules.md)."""
         return site.idempotent or self.tools.is_replay_safe(site.route_name, pending.tool)
+
+    def _missing(self, site: CallSite, pending: Pending) -> tuple[str, ...]:
+        """The arguments the tool's listed inputSchema requires that the call left out
+        (`match.mcp.missing_required`; docs/rules.md#required-arguments)."""
+        if pending.method != "tools/call":
+            return ()
+        return self.tools.missing_arguments(site.route_name, pending.tool, pending.arguments)
 
     def _renderer(self, ctx: FailureContext, rewrite: Rewrite) -> Render[Outcome]:
         """The step's render function for a JSON-RPC response: nothing changed in `original`

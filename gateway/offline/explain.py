@@ -56,6 +56,10 @@ class Sample:
     tool: str | None = None
     tool_annotations: dict[str, Any] | None = None
     """The tool's annotations in its server's tools/list, when the sample lists it first."""
+    tool_input_schema: dict[str, Any] | None = None
+    """The tool's inputSchema in its server's tools/list, when the sample lists it first."""
+    arguments: dict[str, Any] | None = None
+    """The arguments of the `tools/call` the sample answers."""
     jsonrpc_code: int | None = None
     is_mcp: bool = False
     """An MCP failure: `body` is a tool error's text or a JSON-RPC error object."""
@@ -78,17 +82,21 @@ class Sample:
 
     def rpc_request(self) -> dict[str, Any]:
         """The `tools/call` request an MCP sample's response answers."""
-        params: dict[str, Any] = {"arguments": {}}
+        params: dict[str, Any] = {"arguments": dict(self.arguments or {})}
         if self.tool is not None:
             params["name"] = self.tool
         return {"jsonrpc": "2.0", "id": SAMPLE_RPC_ID, "method": "tools/call", "params": params}
 
     def tools_listing(self) -> dict[str, Any] | None:
-        """The tools/list result that declares the sample's tool, if it has annotations."""
-        if self.tool is None or self.tool_annotations is None:
+        """The tools/list result that declares the sample's tool, if the sample gives its
+        annotations or inputSchema."""
+        if self.tool is None or (self.tool_annotations is None and self.tool_input_schema is None):
             return None
-        tool = {"name": self.tool, "inputSchema": {"type": "object"}}
-        return {"tools": [{**tool, "annotations": self.tool_annotations}]}
+        tool: dict[str, Any] = {"name": self.tool}
+        tool["inputSchema"] = self.tool_input_schema or {"type": "object"}
+        if self.tool_annotations is not None:
+            tool["annotations"] = self.tool_annotations
+        return {"tools": [tool]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +198,7 @@ async def _explain_mcp(
 ) -> Explanation:
     message = sample.rpc_response()
     original = dump(message)
-    pending = Pending("tools/call", sample.tool)
+    pending = Pending("tools/call", sample.tool, frozenset(sample.arguments or {}))
     site = _ExplainSite(route, sample.path.partition("?")[0], mode, caller, sample.request_id)
     upgrader = Upgrader(enricher, loaded.config.mcp)
     listing = sample.tools_listing()

@@ -82,6 +82,11 @@ class FixtureMcp(Strict):
     annotations: dict[str, Any] | None = None
     """The tool's `annotations` as its server's tools/list gives them (`readOnlyHint`,
     `idempotentHint`: docs/rules.md#tool-annotations); listed before the call when given."""
+    input_schema: dict[str, Any] | None = None
+    """The tool's `inputSchema` as its server's tools/list gives it (its `required` list is
+    checked against `arguments`: docs/rules.md#required-arguments); listed when given."""
+    arguments: dict[str, Any] | None = None
+    """The `tools/call` request's arguments (none when not given)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> FixtureMcp:
@@ -175,6 +180,8 @@ def sample_of(case: FixtureCase) -> Sample:
         transport=case.transport,
         tool=mcp.tool if mcp else None,
         tool_annotations=mcp.annotations if mcp else None,
+        tool_input_schema=mcp.input_schema if mcp else None,
+        arguments=mcp.arguments if mcp else None,
         jsonrpc_code=mcp.error.code if mcp and mcp.error else None,
         is_mcp=mcp is not None,
         request_headers=CIMultiDict(case.request.headers),

@@ -324,6 +324,40 @@ async def test_a_read_only_or_idempotent_tools_transient_failure_is_retryable() 
             assert error["retry_after_ms"] == (1000 if retryable else None), tool
 
 
+LOWLEVEL_SERVER = [sys.executable, str(SERVERS / "lowlevel_server.py"), "9"]
+
+
+async def test_a_failed_call_without_a_required_argument_is_the_callers_to_fix() -> None:
+    """The low-level SDK server lists `describe` as requiring resource_type and name but never
+    checks: without name it goes to the (closed) cluster and answers with the refused
+    connection. Through the gateway that call is INVALID_ARGUMENTS naming `name`
+    (docs/rules.md#required-arguments), the server's content first and unchanged; the same
+    refusal with every required argument given stays the transient failure it is."""
+    partial, complete = (
+        {"resource_type": "deployment"},
+        {"resource_type": "deployment", "name": "web"},
+    )
+    direct_params = StdioServerParameters(command=LOWLEVEL_SERVER[0], args=LOWLEVEL_SERVER[1:])
+    async with Client(direct_params) as client:
+        listed_direct = (await client.list_tools()).tools[0]
+        direct = await client.call_tool("describe", partial)
+    params = StdioServerParameters(command=MENDPOINT[0], args=[*MENDPOINT[1:], *LOWLEVEL_SERVER])
+    async with Client(params) as client:
+        listed = (await client.list_tools()).tools[0]
+        failed = await client.call_tool("describe", partial)
+        transient = await client.call_tool("describe", complete)
+    assert listed.input_schema == listed_direct.input_schema
+    server_text = direct.content[0].text  # type: ignore[union-attr]
+    assert direct.is_error is True and "Connection refused" in server_text
+    assert failed.is_error is True and failed.content[0].text == server_text  # type: ignore[union-attr]
+    error = json.loads(failed.content[-1].text)["mendpoint_failure"]["error"]  # type: ignore[union-attr]
+    assert (error["code"], error["retryable"]) == ("INVALID_ARGUMENTS", False)
+    assert "name" in error["fix_required"] and "resource_type" not in error["fix_required"]
+    assert error["message"] == server_text
+    other = json.loads(transient.content[-1].text)["mendpoint_failure"]["error"]  # type: ignore[union-attr]
+    assert (other["code"], other["retryable"]) == ("TOOL_DEPENDENCY_UNREACHABLE", True)
+
+
 def test_a_tool_never_listed_is_not_taken_as_replay_safe() -> None:
     through = exchange([*MENDPOINT, *SDK_SERVER], [INIT, INITIALIZED, call(2, "read_report", {})])
     assert failure_item(through[2])["error"]["retryable"] is False

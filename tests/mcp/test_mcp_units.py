@@ -87,6 +87,15 @@ def test_session_tables_are_bounded() -> None:
             [((False, 1), Pending("tools/call", "add"))],
         ),
         (
+            {
+                "jsonrpc": "2.0",
+                "id": 4,
+                "method": "tools/call",
+                "params": {"name": "add", "arguments": {"a": 1, "b": 2}},
+            },
+            [((False, 4), Pending("tools/call", "add", frozenset({"a", "b"})))],
+        ),
+        (
             {"jsonrpc": "2.0", "id": "a", "method": "tools/list"},
             [((True, "a"), Pending("tools/list"))],
         ),
@@ -96,7 +105,16 @@ def test_session_tables_are_bounded() -> None:
         ({"jsonrpc": "2.0", "id": True, "method": "tools/list"}, []),
         ([{"jsonrpc": "2.0", "id": 3, "method": "ping"}, "junk"], [((False, 3), Pending("ping"))]),
     ],
-    ids=["tools-call", "string-id", "notification", "initialize", "discover", "bool-id", "batch"],
+    ids=[
+        "tools-call",
+        "with-arguments",
+        "string-id",
+        "notification",
+        "initialize",
+        "discover",
+        "bool-id",
+        "batch",
+    ],
 )
 def test_requests_in(message: Any, expected: list[tuple[Any, Pending]]) -> None:
     assert list(requests_in(message)) == expected

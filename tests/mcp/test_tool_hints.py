@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.mcp.tool_hints import ToolBook
+from gateway.mcp.tool_hints import NAME_LIMIT, REQUIRED_LIMIT, ToolBook
 
 
 def listing(*tools: tuple[str, dict[str, Any] | None]) -> dict[str, Any]:
@@ -47,3 +47,26 @@ def test_the_book_is_bounded_oldest_listed_forgotten_first() -> None:
     book.learn("r", listing(*((f"t{i}", {"readOnlyHint": True}) for i in range(5))))
     assert len(book) == 3
     assert not book.is_replay_safe("r", "t0") and book.is_replay_safe("r", "t4")
+
+
+def test_the_required_arguments_a_call_left_out() -> None:
+    """inputSchema `required` as tools/list gives it; junk entries ignored, order kept."""
+    book = ToolBook()
+    schema = {"type": "object", "required": ["resourceType", "name", 7, "", "name"]}
+    book.learn("r", {"tools": [{"name": "describe", "inputSchema": schema}, {"name": "free"}]})
+    assert book.missing_arguments("r", "describe", frozenset()) == ("resourceType", "name")
+    assert book.missing_arguments("r", "describe", frozenset({"resourceType"})) == ("name",)
+    assert book.missing_arguments("r", "describe", frozenset({"resourceType", "name"})) == ()
+    assert book.missing_arguments("r", "free", frozenset()) == ()
+    assert book.missing_arguments("r", "unlisted", frozenset()) == ()
+    assert book.missing_arguments("other-route", "describe", frozenset()) == ()
+    assert book.missing_arguments("r", None, frozenset()) == ()
+
+
+def test_a_schemas_required_list_is_bounded() -> None:
+    many = [f"a{n}" for n in range(REQUIRED_LIMIT + 10)] + ["x" * (NAME_LIMIT + 1)]
+    book = ToolBook()
+    book.learn("r", {"tools": [{"name": "t", "inputSchema": {"required": many}}]})
+    assert book.missing_arguments("r", "t", frozenset()) == tuple(many[:REQUIRED_LIMIT])
+    book.learn("r", {"tools": [{"name": "t", "inputSchema": {"required": "name"}}]})
+    assert book.missing_arguments("r", "t", frozenset()) == ()
