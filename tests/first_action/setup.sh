@@ -4,7 +4,8 @@
 # (.venv/corpus-http, .venv/corpus-mcp, and .venv/corpus-mcp1 for servers that need the 1.x
 # Python SDK: their pinned dependencies never touch the project's),
 # and the Node stacks and MCP servers pinned by tests/first_action/node/package-lock.json (the
-# held-out set's: .venv/corpus-mcp-held-out and tests/first_action/held_out/node).
+# held-out sets': .venv/corpus-mcp-held-out, .venv/corpus-mcp-fresh and
+# tests/first_action/held_out/node).
 # Idempotent: what is already there is not fetched again. Services the packages would start
 # are not started (policy-rc.d for the length of the install): the corpus starts each one
 # itself, on loopback ports of its own, and stops it after.
@@ -65,6 +66,13 @@ if [ ! -f .venv/corpus-mcp-held-out/.installed ] \
     .venv/corpus-mcp-held-out/bin/pip install --quiet --upgrade pip
     .venv/corpus-mcp-held-out/bin/pip install --quiet -r "$HERE/requirements-mcp-held-out.txt"
     touch .venv/corpus-mcp-held-out/.installed
+fi
+if [ ! -f .venv/corpus-mcp-fresh/.installed ] \
+    || [ "$HERE/requirements-mcp-fresh.txt" -nt .venv/corpus-mcp-fresh/.installed ]; then
+    python3 -m venv .venv/corpus-mcp-fresh
+    .venv/corpus-mcp-fresh/bin/pip install --quiet --upgrade pip
+    .venv/corpus-mcp-fresh/bin/pip install --quiet -r "$HERE/requirements-mcp-fresh.txt"
+    touch .venv/corpus-mcp-fresh/.installed
 fi
 held_lock="$HERE/held_out/node/node_modules/.package-lock.json"
 if [ ! -f "$held_lock" ] || [ "$HERE/held_out/node/package-lock.json" -nt "$held_lock" ]; then
