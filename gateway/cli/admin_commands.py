@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from gateway.cli.exits import EXIT_INVALID, EXIT_OK
-from gateway.feedback.followups import Outcome, reading
+from gateway.feedback.followups import Outcome
+from gateway.feedback.readings import reading
 from gateway.serve.admin import AdminError, admin_get, admin_token
 
 

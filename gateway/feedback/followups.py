@@ -13,7 +13,9 @@ what it really holds (`entry_bytes`, measured with tracemalloc by
 tests/followups/test_followup_memory.py); the least recent is evicted and counted.
 
 The request path asks `watching(route)` first: one dictionary lookup while no failure is open
-on the route, which is all the success path pays.
+on the route, which is all the success path pays; while one is, `may_follow` (a counting filter
+of the open failures' route, method and target: gateway.feedback.target_filter) before the
+caller is identified for `pending`.
 
 Under `serve --workers N` every worker keeps a replica of the open entries: `publish` sends
 each open and each settlement to the supervisor, which passes it to the other workers
@@ -41,22 +43,23 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from gateway.config.models import FollowupsSpec
+from gateway.feedback.target_filter import BLIND, TargetFilter
 from gateway.telemetry.metrics import FOLLOWUPS_EVICTED, RECOVERY_SECONDS, count_followup
 
 RECOVERY_SAMPLES = 1000  # per (route, code): enough for a stable median, bounded memory
 MAX_ORIGINS = 1024
-ENTRY_BYTES = 544
+ENTRY_BYTES = 584
 """What one open failure holds beyond its request id's characters: the `OpenFailure`, its two
-32-digit digests and the request id's string header, its floats and ints, and its share of
-the book's ordered dict. Measured with tracemalloc over books of 500 to 90,000 entries,
-opened here or replicated from a sibling worker, alone or as the second failure of a chain:
-from 449 to 534 bytes, plus a margin for the dict's growth steps
+32-digit digests and the request id's string header, its floats and ints (its filter slot
+among them), and its share of the book's ordered dict. Measured with tracemalloc over books of
+500 to 90,000 entries, opened here or replicated from a sibling worker, alone or as the second
+failure of a chain: from 466 to 547 bytes, plus a margin for the dict's growth steps
 (tests/followups/test_followup_memory.py; docs/operations.md#follow-ups)."""
 
 
 def entry_bytes(entry: OpenFailure) -> int:
-    """The memory `entry` costs the book, never less than it holds: 576 bytes with the
-    gateway's own 32-character request id, 744 with the longest a caller may send (200)."""
+    """The memory `entry` costs the book, never less than it holds: 616 bytes with the
+    gateway's own 32-character request id, 784 with the longest a caller may send (200)."""
     return ENTRY_BYTES + len(entry.request_id)
 
 
@@ -91,6 +94,8 @@ class Attempt:
     identity: str
     route: str
     started: float
+    where: int = BLIND
+    """`where_of` its route, method and target."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +123,8 @@ class OpenFailure:
     chain_started: float
     origin: int
     """The process that opened it: the one that counts it abandoned."""
+    where: int = BLIND
+    """Its `where_of` slot in the book that opened it; BLIND in a replica."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +199,7 @@ class FollowupBook:
         self._bytes = 0
         """The sum of `entry_bytes` over `_open`, held under `settings.max_bytes`."""
         self._routes: Counter[str] = Counter()
+        self._targets = TargetFilter()
         self._origins: dict[int, int] = {}
         """The siblings' pids, one int object each, shared by their replicated entries."""
         self._stats: dict[tuple[str, str], CodeStats] = {}
@@ -206,12 +214,18 @@ class FollowupBook:
         if not settings.enabled:
             self._open.clear()
             self._routes.clear()
+            self._targets = TargetFilter()
             self._bytes = 0
         self._evict_over_bounds()
 
     def watching(self, route: str) -> bool:
         """Whether any failure is open on `route`: the success path's only question."""
         return route in self._routes
+
+    def may_follow(self, route: str, where: int) -> bool:
+        """Whether a request in `where_of` slot `where` may follow an open failure on
+        `route` (a watched one): False means it follows none, without asking `pending`."""
+        return self._targets.may_follow(route, where)
 
     def pending(self, key: str) -> OpenFailure | None:
         entry = self._open.get(key)
@@ -253,6 +267,7 @@ class FollowupBook:
                 answered_at=now,
                 chain_started=chain,
                 origin=self.origin,
+                where=attempt.where,
             )
             self._stats_for(entry).failures += 1
             self._insert(entry)
@@ -291,6 +306,7 @@ class FollowupBook:
                 code=sys.intern(entry.code),
                 rule=sys.intern(entry.rule),
                 origin=self._origins.setdefault(entry.origin, entry.origin),
+                where=BLIND,  # the sender's slot, by its own hash: unknown here
                 # A failure that began its chain: one float, as where it was opened.
                 chain_started=(
                     entry.answered_at
@@ -348,8 +364,10 @@ class FollowupBook:
         if previous is not None:
             self._routes[previous.route] -= 1
             self._bytes -= entry_bytes(previous)
+            self._targets.unplace(previous.route, previous.where)
         self._open[entry.key] = entry
         self._routes[entry.route] += 1
+        self._targets.place(entry.route, entry.where)
         self._bytes += entry_bytes(entry)
         self._evict_over_bounds()
 
@@ -359,6 +377,7 @@ class FollowupBook:
         self._routes[entry.route] -= 1
         if self._routes[entry.route] <= 0:
             del self._routes[entry.route]
+        self._targets.unplace(entry.route, entry.where)
         return entry
 
     @property
@@ -411,35 +430,3 @@ def merge(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def wasted(row: dict[str, Any]) -> int:
     return sum(int(row.get(o.value, 0)) for o in WASTED)
-
-
-def reading(row: dict[str, Any]) -> str:
-    """One line an operator can act on, for the largest problem in a row."""
-    failures = max(int(row["failures"]), 1)
-    code = row["code"]
-    unchanged = int(row.get(Outcome.RETRIED_UNCHANGED.value, 0))
-    early = int(row.get(Outcome.RETRIED_TOO_EARLY.value, 0))
-    same = int(row.get(Outcome.FAILED_AGAIN_SAME_CODE.value, 0))
-    abandoned = int(row.get(Outcome.ABANDONED.value, 0))
-    recovered = int(row.get(Outcome.RECOVERED.value, 0)) + int(
-        row.get(Outcome.RETRIED_AS_ADVISED.value, 0)
-    )
-    if unchanged:
-        share = round(100 * unchanged / failures)
-        return (
-            f"{share} % of callers retried {code} unchanged: its fix_required is not being "
-            "acted on (or it should be retryable)"
-        )
-    if early:
-        share = round(100 * early / failures)
-        return f"{share} % of callers retried {code} before retry_after_ms: backoff is ignored"
-    if same:
-        share = round(100 * same / failures)
-        return (
-            f"{share} % changed the request and failed with {code} again: "
-            "the advice does not fix it"
-        )
-    if abandoned and abandoned >= recovered:
-        share = round(100 * abandoned / failures)
-        return f"{share} % of callers gave up after {code}: no recovery path is being found"
-    return f"{round(100 * recovered / failures)} % of {code} failures were recovered"

@@ -1,9 +1,11 @@
 """The request path's side of follow-up tracking (gateway.feedback.followups).
 
-`Watch.begin` costs one dictionary lookup while no failure is open on the route; only then is
-the caller identified and its open failure looked up. Request bodies are digested as they
-stream (BLAKE2b in C) while tracking is on, since a request is known to have failed only after
-its body has gone upstream; requests without a body pay nothing. `Watch.end` settles the
+`Watch.begin` costs one dictionary lookup while no failure is open on the route; while one is,
+a tuple hash and a byte read (`FollowupBook.may_follow`), and only for a request to a
+failure's route, method and target is the caller identified and its open failure looked up.
+Request bodies are digested as they stream (BLAKE2b in C) while tracking is on, since a request
+is known to have failed only after its body has gone upstream; requests without a body pay
+nothing. `Watch.end` settles the
 failure this request follows and opens one if it failed, and writes both into the access line.
 """
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, OpenFailure, digest
+from gateway.feedback.target_filter import where_of
 from gateway.proxy.context import RequestContext
 
 CREDENTIAL_HEADERS = ("Authorization", "Cookie")
@@ -34,9 +37,15 @@ class Watch:
         watch = cls(book, ctx, target)
         if ctx.request.body_exists:
             ctx.body_hasher = hashlib.blake2b(digest_size=16)
-        if book.watching(ctx.route.spec.name):
+        route = ctx.route.spec.name
+        if book.watching(route) and book.may_follow(route, watch.where):
             watch.followed = book.pending(watch.key)
         return watch
+
+    @property
+    def where(self) -> int:
+        """Its `where_of` slot: a failure it could follow has the same."""
+        return where_of(self.ctx.route.spec.name, self.ctx.request.method, self.target)
 
     @property
     def key(self) -> str:
@@ -57,7 +66,8 @@ class Watch:
             self.followed = self._news_since_begin()
         if self.followed is None and record.failure_code is None and not shared:
             return
-        attempt = Attempt(self.key, self._identity(), self.ctx.route.spec.name, record.started)
+        route = self.ctx.route.spec.name
+        attempt = Attempt(self.key, self._identity(), route, record.started, self.where)
         answered = Answered(
             status,
             record.failure_code,

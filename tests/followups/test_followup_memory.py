@@ -23,6 +23,7 @@ import pytest
 
 from gateway.config.models import FollowupsSpec
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, digest
+from gateway.feedback.target_filter import where_of
 from gateway.proxy.context import fresh_request_id
 from gateway.telemetry.metrics import REGISTRY
 
@@ -59,9 +60,10 @@ def fill(book: FollowupBook, count: int, how: Fill) -> None:
     opener = sibling if how.replica else book
     for i in range(count):
         caller = f"peer:10.0.{i // 250}.{i % 250}\0agent/1.0"
-        key = digest(caller, ROUTE, "GET", f"/v1/items/{i}")
+        target = f"/v1/items/{i}"
+        key = digest(caller, ROUTE, "GET", target)
         identity = digest(key, b"", "Authorization:[]", "Cookie:[]")
-        attempt = Attempt(key, identity, ROUTE, time.monotonic())
+        attempt = Attempt(key, identity, ROUTE, time.monotonic(), where_of(ROUTE, "GET", target))
         answered = Answered(429, CODE, RULE, True, 1000 + i)
         followed = None
         if how.chain:

@@ -19,8 +19,9 @@ from gateway.feedback.followups import (
     Outcome,
     decide,
     merge,
-    reading,
 )
+from gateway.feedback.readings import reading
+from gateway.feedback.target_filter import where_of
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
 from tests.support.gateway import (
@@ -238,6 +239,52 @@ def test_the_book_is_bounded_and_evicts_the_least_recent() -> None:
     now[0] = 1000.0
     assert book.sweep() == 2
     assert not book.watching("bounded")
+
+
+def test_only_a_request_to_a_failed_target_is_looked_up_while_a_failure_is_open() -> None:
+    """docs/operations.md#follow-ups: the counting filter of (route, method, target)."""
+    book = FollowupBook(FollowupsSpec())
+    failed = where_of("orders", "GET", "/v1/orders/7")
+    others = [
+        where_of("orders", m, t) for m, t in (("GET", "/v1/items/1"), ("POST", "/v1/orders/7"))
+    ]
+    others = [w for w in others if w != failed]  # a slot shared by chance is only asked
+    assert others
+    attempt = Attempt("k", "i", "orders", 0.0, failed)
+    book.settle(attempt, Answered(404, "NOT_FOUND", "r"), "first", None)
+    assert book.watching("orders") and book.may_follow("orders", failed)
+    assert not any(book.may_follow("orders", w) for w in others)
+    followed = book.pending("k")
+    assert followed is not None and followed.where == failed
+    book.settle(Attempt("k", "i2", "orders", 0.5, failed), Answered(200), "second", followed)
+    assert not book.watching("orders") and not book.may_follow("orders", failed)
+
+
+def test_a_replica_makes_every_request_on_its_route_looked_up() -> None:
+    """A sibling's failure names no target this process can hash: its route is asked always."""
+    one, two = FollowupBook(FollowupsSpec(), origin=1), FollowupBook(FollowupsSpec(), origin=2)
+    one.publish = two.apply
+    slot = where_of("orders", "GET", "/v1/orders/7")
+    one.settle(Attempt("k", "i", "orders", 0.0, slot), Answered(429, "LIMITED", "r"), "a", None)
+    entry = two.pending("k")
+    assert entry is not None and entry.where == -1  # the sender's slot means nothing here
+    elsewhere = where_of("orders", "GET", "/v1/anything/else")
+    assert two.may_follow("orders", elsewhere) and two.may_follow("orders", slot)
+    assert not two.may_follow("items", elsewhere)
+    two.apply({"op": "close", "key": "k", "request_id": "a"})
+    assert not two.may_follow("orders", elsewhere) and not two.watching("orders")
+
+
+def test_a_full_filter_slot_stays_asked() -> None:
+    """255 failures in one slot saturate it: after they settle it is still asked, never missed."""
+    book = FollowupBook(FollowupsSpec())
+    slot = where_of("orders", "GET", "/v1/orders/7")
+    for n in range(300):
+        book.settle(Attempt(f"k{n}", "i", "orders", 0.0, slot), Answered(400, "B", "r"), "x", None)
+    for n in range(300):
+        followed = book.pending(f"k{n}")
+        book.settle(Attempt(f"k{n}", "j", "orders", 0.1, slot), Answered(200), "y", followed)
+    assert not book.watching("orders") and book.may_follow("orders", slot)
 
 
 def test_a_replica_is_settled_elsewhere_and_not_counted_twice() -> None:

@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import Mode, TransportKind
-from gateway.feedback.followups import reading
+from gateway.feedback.readings import reading
 from gateway.feedback.signatures import Signature
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.offline.explain import Sample, SampleError, explain, parse_header, render_explanation
