@@ -9,8 +9,12 @@ then the answer is the one a client gets going direct with the same trust.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import ssl
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +128,45 @@ async def test_insecure_skips_verification_and_says_so_at_start(
         assert "NOT verified (tls.insecure: true)" in caplog.text
         answer = await through(gateway.url)
     assert (answer.status_code, answer.json()) == (200, {"tls": True, "client": None})
+
+
+async def test_reading_the_trust_store_is_not_counted_against_the_connect_timeout(
+    ca: trustme.CA, tmp_path: Path, start_gateway: StartGateway
+) -> None:
+    """A route's SSL context is built on its first connection, and reading its CA file takes
+    tens of milliseconds (far more on a loaded machine or a slow disk). `connect_timeout_s`
+    is the upstream's time to accept and finish the handshake: the gateway's own read must
+    not turn into a 504 UPSTREAM_CONNECT_TIMEOUT. The CA file here is a FIFO whose second
+    read (the first connection's, after the config load's) is held back longer than the
+    timeout."""
+    ca_file = tmp_path / "ca.pem"
+    os.mkfifo(ca_file)
+    pem = ca.cert_pem.bytes()
+    held_s, timeout_s = 1.5, 1.0
+
+    loaded = threading.Event()
+
+    def serve_file() -> None:
+        for delay in (0.0, held_s):
+            with contextlib.suppress(BrokenPipeError), ca_file.open("wb") as out:
+                time.sleep(delay)  # the reader has opened the file and waits for its bytes
+                out.write(pem)
+            loaded.wait(30)  # the config load's reader is gone: the next open is the dialer's
+
+    writer = threading.Thread(target=serve_file, daemon=True)
+    writer.start()
+    try:
+        async with tls_upstream(ca.issue_cert("127.0.0.1")) as url:
+            route = tls_route(url, ca_file=str(ca_file))
+            gateway = await start_gateway(route | {"limits": {"connect_timeout_s": timeout_s}})
+            loaded.set()
+            answer = await through(gateway.url)
+        assert (answer.status_code, answer.json()) == (200, {"tls": True, "client": None})
+    finally:
+        loaded.set()
+        if writer.is_alive():  # a read that never came: open the FIFO to let the writer go
+            os.close(os.open(ca_file, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(held_s + 5)
 
 
 @pytest.mark.parametrize(

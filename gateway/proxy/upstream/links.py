@@ -160,13 +160,16 @@ class Dialer:
 
     async def connect(self, origin: Origin) -> UpstreamProtocol:
         loop = self._loop
+        # Built before the clock starts: `connect_timeout_s` is the upstream's time to accept
+        # and finish its handshake, not the gateway's own reading of its trust store.
+        context = self.tls_context(origin.tls_spec) if origin.tls else None
         try:
             async with asyncio.timeout(self._timeout):
                 _, protocol = await loop.create_connection(
                     lambda: UpstreamProtocol(loop),
                     origin.host,
                     origin.port,
-                    ssl=self.tls_context(origin.tls_spec) if origin.tls else None,
+                    ssl=context,
                     server_hostname=origin.server_name if origin.tls else None,
                 )
         except TimeoutError:
