@@ -75,6 +75,10 @@ def _server_exited(message: str, retryable: bool, fix: str | None) -> ErrorSpec:
 
 def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
     """The failure of each refusal; each is in exactly one class (docs/spec.md#classes)."""
+    to_correct = {
+        refusal: ErrorSpec(code=code, category=category, message=message, fix_required=fix)
+        for refusal, (code, category, message, fix) in _to_correct(limits).items()
+    }
     return {
         # What is routed is in the operator's config, not in the answer: the failure names
         # no route and no upstream (docs/security.md).
@@ -84,104 +88,9 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
             message="No route of this gateway serves this path",
             suggestion="Check the request path against the API's documented base path",
         ),
-        # A path that leaves its route once resolved, or that a server behind the gateway
-        # could read as another path (docs/transparency.md#paths). Like NO_ROUTE, it names
-        # no route.
-        Refusal.UNSAFE_PATH: ErrorSpec(
-            code="UNSAFE_PATH",
-            category=Category.VALIDATION_ERROR,
-            message=(
-                "The request path leaves the route it names once its dot segments are "
-                "resolved, or a server that decodes it would read another path"
-            ),
-            fix_required=(
-                "Send the path as a browser would: '.' and '..' segments (also as %2E) "
-                "resolved, and no %2F, %5C, backslash or ';' that would make one, then reissue"
-            ),
-        ),
-        Refusal.BODY_TOO_LARGE: ErrorSpec(
-            code="PAYLOAD_TOO_LARGE",
-            category=Category.PAYLOAD_TOO_LARGE,
-            message="The request body is larger than the gateway accepts",
-            fix_required=(
-                f"Send a request body of at most {limits.max_request_body_bytes} bytes "
-                "(the gateway's limits.max_request_body_bytes), then reissue"
-            ),
-            recovery_intent="payload_reduction",
-        ),
-        Refusal.BODY_TIMEOUT: ErrorSpec(
-            code="REQUEST_TIMEOUT",
-            category=Category.TIMEOUT,
-            message="The request body was not received in time",
-            fix_required=(
-                "Send the request body without pausing: the gateway waits at most "
-                f"{limits.request_body_timeout_s:g} s for it (limits.request_body_timeout_s), "
-                "then reissue"
-            ),
-        ),
-        # Only where the gateway must read a body itself (an MCP route's JSON-RPC messages):
-        # an HTTP route forwards the body as sent, in whatever coding.
-        Refusal.UNDECODABLE_BODY: ErrorSpec(
-            code="UNSUPPORTED_CONTENT_ENCODING",
-            category=Category.VALIDATION_ERROR,
-            message=(
-                "The request body's Content-Encoding is not one the gateway reads, or the "
-                "body is not valid in it"
-            ),
-            fix_required=(
-                "Send the request body uncompressed, or encoded with gzip or deflate (the "
-                "codings in the answer's Accept-Encoding), then reissue"
-            ),
-        ),
-        Refusal.HEADERS_TOO_LARGE: ErrorSpec(
-            code="REQUEST_HEADERS_TOO_LARGE",
-            category=Category.VALIDATION_ERROR,
-            message="The request's header fields are too large or too many",
-            fix_required=(
-                f"Send at most {limits.max_headers} header fields of at most "
-                f"{limits.max_header_bytes} bytes each (the gateway's limits.max_headers and "
-                "limits.max_header_bytes; large cookies and tokens are the usual cause), "
-                "then reissue"
-            ),
-        ),
-        Refusal.TARGET_TOO_LONG: ErrorSpec(
-            code="URI_TOO_LONG",
-            category=Category.VALIDATION_ERROR,
-            message="The request target is too long",
-            fix_required=(
-                f"Shorten the request line to at most {limits.max_line_bytes} bytes (the "
-                "gateway's limits.max_line_bytes; move data into the body), then reissue"
-            ),
-        ),
-        Refusal.MALFORMED: ErrorSpec(
-            code="BAD_REQUEST",
-            category=Category.VALIDATION_ERROR,
-            message="The request is not valid HTTP/1.1",
-            fix_required="Send a well-formed HTTP/1.1 request, then reissue",
-        ),
-        # A control character decoded from the path (`%0d%0a`, `%00`): the parser refuses
-        # it raw, and an upstream that decodes the path would meet it in a header it writes
-        # (a Location, a log line) or a C string it ends.
-        Refusal.CONTROL_IN_PATH: ErrorSpec(
-            code="INVALID_PATH",
-            category=Category.VALIDATION_ERROR,
-            message="The request path holds a percent-encoded control character",
-            fix_required=(
-                "Remove the control character (%00-%1F, %7F, or one of U+0080-U+009F) from "
-                "the path; send such data in the query or the body, then reissue"
-            ),
-        ),
-        # HTTP/2.0 on an HTTP/1 connection, HTTP/0.9 (a request line without a version),
-        # HTTP/3.0: the gateway speaks HTTP/1.0 and HTTP/1.1 here (RFC 9110 §15.6.6).
-        Refusal.VERSION_NOT_SUPPORTED: ErrorSpec(
-            code="HTTP_VERSION_NOT_SUPPORTED",
-            category=Category.VALIDATION_ERROR,
-            message="The request's HTTP version is not one this gateway speaks",
-            fix_required=(
-                "Send the request as HTTP/1.1, with a request line METHOD TARGET HTTP/1.1 "
-                "(HTTP/1.0 is served too; HTTP/2 needs a connection that negotiated it), "
-                "then reissue"
-            ),
+        **to_correct,
+        Refusal.BODY_TOO_LARGE: to_correct[Refusal.BODY_TOO_LARGE].model_copy(
+            update={"recovery_intent": "payload_reduction"}
         ),
         # Refused before a byte of the request was read: nothing can have happened.
         Refusal.OVERLOADED: ErrorSpec(
@@ -216,6 +125,96 @@ def _errors(limits: LimitsSpec) -> dict[Refusal, ErrorSpec]:
         Refusal.UPSTREAM_CONNECTIONS: _pool_full(
             f"The gateway's {limits.max_upstream_connections} connections to upstreams "
             "(limits.max_upstream_connections) are all in use; nothing was sent"
+        ),
+    }
+
+
+Correction = tuple[str, Category, str, str]
+"""A request the client must change before it sends it again: code, category, message and
+`fix_required`, which names the configured limit the request broke."""
+
+
+def _to_correct(limits: LimitsSpec) -> dict[Refusal, Correction]:
+    """The refusals a client corrects, one row each; a row's comment says why it is refused."""
+    invalid = Category.VALIDATION_ERROR
+    return {
+        # A path that leaves its route once resolved, or that a server behind the gateway
+        # could read as another path (docs/transparency.md#paths). Like NO_ROUTE, it names
+        # no route.
+        Refusal.UNSAFE_PATH: (
+            "UNSAFE_PATH",
+            invalid,
+            "The request path leaves the route it names once its dot segments are resolved, "
+            "or a server that decodes it would read another path",
+            "Send the path as a browser would: '.' and '..' segments (also as %2E) resolved, "
+            "and no %2F, %5C, backslash or ';' that would make one, then reissue",
+        ),
+        Refusal.BODY_TOO_LARGE: (
+            "PAYLOAD_TOO_LARGE",
+            Category.PAYLOAD_TOO_LARGE,
+            "The request body is larger than the gateway accepts",
+            f"Send a request body of at most {limits.max_request_body_bytes} bytes "
+            "(the gateway's limits.max_request_body_bytes), then reissue",
+        ),
+        Refusal.BODY_TIMEOUT: (
+            "REQUEST_TIMEOUT",
+            Category.TIMEOUT,
+            "The request body was not received in time",
+            "Send the request body without pausing: the gateway waits at most "
+            f"{limits.request_body_timeout_s:g} s for it (limits.request_body_timeout_s), "
+            "then reissue",
+        ),
+        # Only where the gateway must read a body itself (an MCP route's JSON-RPC messages):
+        # an HTTP route forwards the body as sent, in whatever coding.
+        Refusal.UNDECODABLE_BODY: (
+            "UNSUPPORTED_CONTENT_ENCODING",
+            invalid,
+            "The request body's Content-Encoding is not one the gateway reads, or the body "
+            "is not valid in it",
+            "Send the request body uncompressed, or encoded with gzip or deflate (the codings "
+            "in the answer's Accept-Encoding), then reissue",
+        ),
+        Refusal.HEADERS_TOO_LARGE: (
+            "REQUEST_HEADERS_TOO_LARGE",
+            invalid,
+            "The request's header fields are too large or too many",
+            f"Send at most {limits.max_headers} header fields of at most "
+            f"{limits.max_header_bytes} bytes each (the gateway's limits.max_headers and "
+            "limits.max_header_bytes; large cookies and tokens are the usual cause), "
+            "then reissue",
+        ),
+        Refusal.TARGET_TOO_LONG: (
+            "URI_TOO_LONG",
+            invalid,
+            "The request target is too long",
+            f"Shorten the request line to at most {limits.max_line_bytes} bytes (the "
+            "gateway's limits.max_line_bytes; move data into the body), then reissue",
+        ),
+        Refusal.MALFORMED: (
+            "BAD_REQUEST",
+            invalid,
+            "The request is not valid HTTP/1.1",
+            "Send a well-formed HTTP/1.1 request, then reissue",
+        ),
+        # A control character decoded from the path (`%0d%0a`, `%00`): the parser refuses
+        # it raw, and an upstream that decodes the path would meet it in a header it writes
+        # (a Location, a log line) or a C string it ends.
+        Refusal.CONTROL_IN_PATH: (
+            "INVALID_PATH",
+            invalid,
+            "The request path holds a percent-encoded control character",
+            "Remove the control character (%00-%1F, %7F, or one of U+0080-U+009F) from the "
+            "path; send such data in the query or the body, then reissue",
+        ),
+        # HTTP/2.0 on an HTTP/1 connection, HTTP/0.9 (a request line without a version),
+        # HTTP/3.0: the gateway speaks HTTP/1.0 and HTTP/1.1 here (RFC 9110 §15.6.6).
+        Refusal.VERSION_NOT_SUPPORTED: (
+            "HTTP_VERSION_NOT_SUPPORTED",
+            invalid,
+            "The request's HTTP version is not one this gateway speaks",
+            "Send the request as HTTP/1.1, with a request line METHOD TARGET HTTP/1.1 "
+            "(HTTP/1.0 is served too; HTTP/2 needs a connection that negotiated it), "
+            "then reissue",
         ),
     }
 
