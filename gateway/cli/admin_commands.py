@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from gateway.cli.exits import EXIT_INVALID, EXIT_OK
@@ -36,30 +37,43 @@ def scope_line(payload: dict[str, Any]) -> str:
     return "this process only (no fleet store: other replicas are not counted)"
 
 
-def run_gaps(args: argparse.Namespace) -> int:
-    payload = _admin_json("gaps", args, f"/gaps?limit={max(1, args.limit)}")
+Table = Callable[[dict[str, Any], list[dict[str, Any]]], None]
+
+
+def _show(
+    args: argparse.Namespace, command: str, path: str, key: str, nothing_yet: str, table: Table
+) -> int:
+    """The scope line, then `table` of the payload's rows under `key` (or `nothing_yet`)."""
+    payload = _admin_json(command, args, path)
     if payload is None:
         return EXIT_INVALID
-    rows = payload.get("signatures", [])
+    rows: list[dict[str, Any]] = payload.get(key, [])
     print(scope_line(payload))
-    if not rows:
-        print("no unmatched failures yet: every failure so far matched one of your rules")
-        return EXIT_OK
-    print(f"{'count':>7}  {'route':<12} {'status':<22} signature")
-    for row in rows:
-        print(f"{row['count']:>7}  {row['route']:<12} {row['status']:<22} {row['signature']}")
+    if rows:
+        table(payload, rows)
+    else:
+        print(nothing_yet)
     return EXIT_OK
 
 
+def run_gaps(args: argparse.Namespace) -> int:
+    path = f"/gaps?limit={max(1, args.limit)}"
+    nothing_yet = "no unmatched failures yet: every failure so far matched one of your rules"
+    return _show(args, "gaps", path, "signatures", nothing_yet, _gaps_table)
+
+
 def run_followups(args: argparse.Namespace) -> int:
-    payload = _admin_json("followups", args, "/followups")
-    if payload is None:
-        return EXIT_INVALID
-    rows = payload.get("codes", [])
-    print(scope_line(payload))
-    if not rows:
-        print("no failures followed up yet (or follow-up tracking is off)")
-        return EXIT_OK
+    nothing_yet = "no failures followed up yet (or follow-up tracking is off)"
+    return _show(args, "followups", "/followups", "codes", nothing_yet, _followups_table)
+
+
+def _gaps_table(_: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    print(f"{'count':>7}  {'route':<12} {'status':<22} signature")
+    for row in rows:
+        print(f"{row['count']:>7}  {row['route']:<12} {row['status']:<22} {row['signature']}")
+
+
+def _followups_table(payload: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     print(f"window {payload.get('window_s')} s; wasted attempts first")
     columns = [o.value for o in Outcome]
     heads = [c.replace("retried_", "r_").replace("failed_", "f_") for c in columns]
@@ -72,4 +86,3 @@ def run_followups(args: argparse.Namespace) -> int:
     print()
     for row in rows:
         print(f"- {row['route']} {row['code']}: {reading(row)}")
-    return EXIT_OK
