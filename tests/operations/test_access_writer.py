@@ -13,30 +13,17 @@ from pathlib import Path
 
 import aiohttp
 import yaml
-from aiohttp import web
 
 from gateway.telemetry.access_writer import AccessWriter
 from gateway.telemetry.metrics import REGISTRY
-from tests.support.gateway import StartUpstream, free_port, start_process, wait_ready
-
-
-def slow_app() -> web.Application:
-    async def handler(request: web.Request) -> web.Response:
-        if request.path == "/slow":
-            await asyncio.sleep(1.0)
-        return web.json_response({"message": "gone"}, status=410)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    return app
-
-
-async def stop(process: asyncio.subprocess.Process) -> tuple[int, str]:
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-    code = await asyncio.wait_for(process.wait(), 30)
-    assert process.stderr is not None
-    return code, (await process.stderr.read()).decode()
+from tests.support.gateway import (
+    StartUpstream,
+    free_port,
+    slow_gone_app,
+    start_process,
+    stop_process,
+    wait_ready,
+)
 
 
 def _dropped() -> float:
@@ -88,7 +75,7 @@ async def test_sigterm_writes_every_access_line_before_the_process_exits(
 ) -> None:
     """Lines still queued (the writer wakes every 50 ms) and the lines of requests the drain
     lets finish are all on stderr when the process has exited 0."""
-    upstream = await start_upstream(slow_app())
+    upstream = await start_upstream(slow_gone_app())
     port, admin = free_port(), free_port()
     config = {
         "listen": f"127.0.0.1:{port}",
@@ -115,7 +102,7 @@ async def test_sigterm_writes_every_access_line_before_the_process_exits(
                 assert response.status == 410
                 response.release()
     finally:
-        code, stderr = await stop(process)
+        code, stderr = await stop_process(process)
     assert code == 0, stderr[-2000:]
     access = [
         json.loads(line) for line in stderr.splitlines() if '"logger":"mendpoint.access"' in line

@@ -13,32 +13,20 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests.support.gateway import StartUpstream, free_port, start_process, wait_ready
-
-
-def slow_app() -> web.Application:
-    async def handler(request: web.Request) -> web.Response:
-        if request.path == "/slow":
-            await asyncio.sleep(1.0)
-        return web.json_response({"message": "gone"}, status=410)
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
-    return app
-
-
-async def stop(process: asyncio.subprocess.Process) -> tuple[int, str]:
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-    code = await asyncio.wait_for(process.wait(), 30)
-    assert process.stderr is not None
-    return code, (await process.stderr.read()).decode()
+from tests.support.gateway import (
+    StartUpstream,
+    free_port,
+    slow_gone_app,
+    start_process,
+    stop_process,
+    wait_ready,
+)
 
 
 async def test_environment_overrides_configure_the_embedded_gateway(
     start_upstream: StartUpstream,
 ) -> None:
-    upstream = await start_upstream(slow_app())
+    upstream = await start_upstream(slow_gone_app())
     port, admin = free_port(), free_port()
     process = await start_process(
         "serve",
@@ -58,7 +46,7 @@ async def test_environment_overrides_configure_the_embedded_gateway(
             assert response.status == 410
             assert body["ok"] is False and body["error"]["code"] == "GONE"
     finally:
-        code, stderr = await stop(process)
+        code, stderr = await stop_process(process)
     assert code == 0
     assert '"logger":"mendpoint.access"' in stderr and '"route":"default"' in stderr
 
@@ -66,7 +54,7 @@ async def test_environment_overrides_configure_the_embedded_gateway(
 async def test_sighup_reloads_and_sigterm_drains(
     start_upstream: StartUpstream, tmp_path: Path
 ) -> None:
-    upstream = await start_upstream(slow_app())
+    upstream = await start_upstream(slow_gone_app())
     port, admin = free_port(), free_port()
     data: dict[str, Any] = {
         "listen": f"127.0.0.1:{port}",
@@ -114,7 +102,7 @@ async def test_sighup_reloads_and_sigterm_drains(
             assert (await response.json())["error"]["code"] == "SECOND"
             response.release()
     finally:
-        code, stderr = await stop(process)
+        code, stderr = await stop_process(process)
     assert code == 0, stderr
     assert "config reloaded" in stderr
 
@@ -166,5 +154,5 @@ async def test_an_open_tunnel_is_in_flight_until_the_grace_ends(
             assert lasted >= grace
         await asyncio.wait_for(process.wait(), 20)  # it stops by itself: SIGTERM was sent
     finally:
-        code, stderr = await stop(process)
+        code, stderr = await stop_process(process)
     assert code == 0, stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 import time
@@ -55,6 +56,29 @@ async def start_process(
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+def slow_gone_app() -> web.Application:
+    """An upstream that answers every path 410 `{"message": "gone"}`, `/slow` after a second:
+    a request still in flight when a test stops the gateway."""
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.path == "/slow":
+            await asyncio.sleep(1.0)
+        return web.json_response({"message": "gone"}, status=410)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    return app
+
+
+async def stop_process(process: asyncio.subprocess.Process) -> tuple[int, str]:
+    """SIGTERM (unless it has exited), then its exit code and all it wrote to stderr."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    code = await asyncio.wait_for(process.wait(), 30)
+    assert process.stderr is not None
+    return code, (await process.stderr.read()).decode()
 
 
 async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
