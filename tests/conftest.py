@@ -27,6 +27,7 @@ from tests.support.gateway import (
     StartUpstream,
     write_config,
 )
+from tests.support.waits import patience
 
 if os.environ.get("MENDPOINT_TEST_LOOP") == "uvloop":
 
@@ -37,6 +38,16 @@ if os.environ.get("MENDPOINT_TEST_LOOP") == "uvloop":
         test-uvloop`, since the gateway uses it wherever it is installed
         (docs/performance.md) and some transports behave differently on it."""
         return {"uvloop": importlib.import_module("uvloop").new_event_loop}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool:
+    """The per-test `timeout` (pyproject.toml) is a quiet machine's: stretched by the load
+    now, as every start-up wait is (tests/support/waits.py), so a loaded run still stops a
+    hung test but not a slow one."""
+    scaled = settings._replace(timeout=patience(settings.timeout))
+    default = importlib.import_module("pytest_timeout").pytest_timeout_set_timer
+    return bool(default(item=item, settings=scaled))
 
 
 @pytest.fixture

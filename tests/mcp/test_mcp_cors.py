@@ -44,10 +44,10 @@ async def test_preflight_from_an_allowed_origin_is_answered(
     start_gateway: StartGateway, sdk_server: str, kind: str
 ) -> None:
     gateway = await gateway_for(kind, start_gateway, sdk_server)
-    direct = await gateway.session.options(sdk_server + "/mcp", headers=PREFLIGHT)
-    assert direct.status == 405  # what a browser got before: no session possible
-    answer = await gateway.request("OPTIONS", "/mcp", headers=PREFLIGHT)
-    assert answer.status == 204
+    async with gateway.session.options(sdk_server + "/mcp", headers=PREFLIGHT) as direct:
+        assert direct.status == 405  # what a browser got before: no session possible
+    async with await gateway.request("OPTIONS", "/mcp", headers=PREFLIGHT) as answer:
+        assert answer.status == 204
     assert answer.headers["Access-Control-Allow-Origin"] == PAGE
     assert "POST" in answer.headers["Access-Control-Allow-Methods"]
     allowed = {h.strip().lower() for h in answer.headers["Access-Control-Allow-Headers"].split(",")}
@@ -60,10 +60,10 @@ async def test_preflight_from_another_origin_is_refused(
     start_gateway: StartGateway, sdk_server: str, kind: str
 ) -> None:
     gateway = await gateway_for(kind, start_gateway, sdk_server)
-    answer = await gateway.request(
+    async with await gateway.request(
         "OPTIONS", "/mcp", headers={**PREFLIGHT, "Origin": "http://evil.example"}
-    )
-    assert answer.status == 403
+    ) as answer:
+        assert answer.status == 403
     assert "Access-Control-Allow-Origin" not in answer.headers
 
 

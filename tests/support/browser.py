@@ -21,6 +21,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from tests.support.system import system_program
+from tests.support.waits import patience
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -103,7 +104,7 @@ class Browser:
 
     async def wait_for(self, condition: str, *args: Any, timeout_s: float = 20) -> None:
         """Until the JavaScript expression `condition` (a function body's return) is truthy."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + patience(timeout_s)
         while time.monotonic() < deadline:
             if await self.script(condition, *args):
                 return

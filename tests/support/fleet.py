@@ -20,6 +20,7 @@ import aiohttp
 import yaml
 
 from tests.support.gateway import free_port
+from tests.support.waits import patience
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ def program(name: str) -> str:
 
 
 def wait_port(port: int, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while True:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
@@ -141,8 +142,8 @@ class GatewayProcess:
             )
         await self.wait_ready()
 
-    async def wait_ready(self, timeout_s: float = 90) -> None:
-        deadline = time.monotonic() + timeout_s
+    async def wait_ready(self, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + patience(timeout_s)
         async with aiohttp.ClientSession() as session:
             while time.monotonic() < deadline:
                 assert self.process is not None and self.process.returncode is None, self.log_text()

@@ -25,6 +25,7 @@ from gateway.config.models import RedactionSpec
 from gateway.text.json_text import Raw
 from tests.support.gateway import RunningGateway, free_port
 from tests.support.paths import FRAMEWORKS
+from tests.support.waits import patience
 
 START_TIMEOUT_S = 30.0
 REDACTOR = Redactor.build(RedactionSpec())
@@ -75,7 +76,7 @@ def running(command: list[str], names: tuple[str, ...]) -> Iterator[list[Framewo
 
 
 def _wait_listening(process: subprocess.Popen[bytes], port: int, log: IO[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + patience(START_TIMEOUT_S)
     while time.monotonic() < deadline:
         if process.poll() is not None:
             log.seek(0)

@@ -22,6 +22,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from gateway.telemetry.tracing import TRACING
+from tests.support.waits import patience
 
 PROTOBUF = "application/x-protobuf"
 SERVER, CLIENT = Span.SPAN_KIND_SERVER, Span.SPAN_KIND_CLIENT
@@ -117,7 +118,7 @@ class OtlpReceiver:
 
     async def wait_for(self, count: int, timeout_s: float = 15) -> list[Received]:
         """At least `count` spans, waiting until they arrive (the exporter batches them)."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + patience(timeout_s)
         while len(self.spans) < count:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{len(self.spans)} spans arrived, expected {count}")

