@@ -165,7 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the JSON Schema of a config, rule or fixture file (for editors; "
         "docs/configuration.md#editor-support)",
     )
-    schema.add_argument("kind", nargs="?", choices=_SchemaKinds(), default="config")
+    schema.add_argument(
+        "kind",
+        nargs="?",
+        choices=_SchemaKinds(),
+        default="config",
+        metavar="{config,fixtures,rules}",
+    )
     schema.set_defaults(run=_schema)
 
     test = sub.add_parser("test", help="run rule fixture files against a config")
@@ -187,6 +193,9 @@ class _SchemaKinds:
     """The `schema` command's choices, read from `offline.schema` (the config models) only
     when that command is parsed or its help printed: building the parser imports nothing
     heavy (the module docstring says why)."""
+
+    METAVAR = "{config,fixtures,rules}"
+    """How usage lines name them: tests/cli checks it lists the names `_names` reads."""
 
     def _names(self) -> list[str]:
         from gateway.offline.schema import KINDS

@@ -7,8 +7,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from gateway.cli.exits import EXIT_USAGE
+from gateway.config.relay_limits import RelayLimits, early_limits
 from gateway.failure import Mode
-from gateway.mcp.stdio import run_stdio as serve_stdio
+from gateway.mcp.stdio_start import StdioConfig
+from gateway.mcp.stdio_start import run_stdio as serve_stdio
 
 if TYPE_CHECKING:
     from gateway.config.loaded import LoadedConfig
@@ -23,11 +25,27 @@ def run_stdio(args: argparse.Namespace) -> int:
         print("mendpoint stdio: --grace must be above 0 and at most 86400", file=sys.stderr)
         return EXIT_USAGE
     path: str | None = args.config
+    return serve_stdio(lambda: read_config(path), command, Mode(args.mode), args.grace)
+
+
+def read_config(path: str | None) -> StdioConfig:
+    """Run once the server has started (docs/performance.md#mcp-start-up): the file is read
+    and parsed here, the models and packs are loaded later, in a thread, from the same text."""
+    if path is None:
+        return StdioConfig(RelayLimits(), _embedded)
+    from gateway.config.yamlsrc import read_yaml
+
+    doc = read_yaml(path)
 
     def load() -> LoadedConfig:
-        """Read once the server has started (docs/performance.md#mcp-start-up)."""
-        from gateway.config.loader import embedded_config, load_config
+        from gateway.config.loader import load_config
 
-        return load_config(path) if path else embedded_config("http://127.0.0.1:9")
+        return load_config(path, doc)
 
-    return serve_stdio(load, command, Mode(args.mode), args.grace)
+    return StdioConfig(early_limits(doc.data), load)
+
+
+def _embedded() -> LoadedConfig:
+    from gateway.config.loader import embedded_config
+
+    return embedded_config("http://127.0.0.1:9")

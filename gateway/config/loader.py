@@ -29,8 +29,8 @@ from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_
 from gateway.config.session_keys import MIN_KEY_CHARS, SessionKeys
 from gateway.config.tls import resolve_block_tls, resolve_resolver_tls, resolve_route_tls
 from gateway.config.validate import validate_loaded
-from gateway.config.yaml_model import M, read_yaml, validate_model
-from gateway.config.yamlsrc import YamlDoc, parse_yaml
+from gateway.config.yaml_model import M, validate_model
+from gateway.config.yamlsrc import YamlDoc, parse_yaml, read_yaml
 
 DEFAULT_PACKS = ("http-defaults", "mcp-defaults")
 # Packs whose every rule needs one stack's own error shape (a FastAPI 422, a DRF 403, ...):
@@ -53,13 +53,15 @@ SHAPE_PACKS = (
 )
 
 
-def load_config(path: str) -> LoadedConfig:
+def load_config(path: str, doc: YamlDoc | None = None) -> LoadedConfig:
     """Load and validate a config file and everything it includes.
 
     Every problem of every stage is reported at once: a config or pack that fails its model
     is salvaged (`salvage.py`) so the packs it includes and the whole-config checks still run.
+    `doc` is the file already read (`read_yaml(path)`), by a caller that needed its data
+    before the models (`mendpoint stdio`, relay_limits.py): a file is read once.
     """
-    doc = read_yaml(path)
+    doc = read_yaml(path) if doc is None else doc
     found = _Found()
     config = found.validated(GatewayConfig, doc)
     if config is None:

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.model_base import _HEADER_NAME, CommandSpec, Strict, parse_host_port
+from gateway.config.relay_limits import MAX_MESSAGE_BYTES, MAX_TRACKED_REQUESTS
 from gateway.config.route_model import RouteSpec, TlsSpec
 from gateway.config.rule_model import PolicySpec, RuleSpec, SkillSpec
 from gateway.config.trust import parse_network
@@ -204,9 +205,14 @@ class McpSpec(Strict):
     # The compact form: `_meta` points at the failure's text item instead of repeating it, and
     # the default guidance sentence is the short one (what it costs: docs/mcp.md, "Weight").
     compact: bool = False
-    max_tracked_requests: int = Field(default=1024, ge=1, le=1_000_000)
+    max_tracked_requests: int = Field(
+        default=MAX_TRACKED_REQUESTS.default, ge=MAX_TRACKED_REQUESTS.ge, le=MAX_TRACKED_REQUESTS.le
+    )
     max_sessions: int = Field(default=4096, ge=1, le=1_000_000)
-    max_message_bytes: int = Field(default=16 << 20, ge=1024, le=1 << 30)
+    # Read before the model by a relay that starts before its config (relay_limits.py).
+    max_message_bytes: int = Field(
+        default=MAX_MESSAGE_BYTES.default, ge=MAX_MESSAGE_BYTES.ge, le=MAX_MESSAGE_BYTES.le
+    )
     # `mendpoint stdio`: how long the server's pending calls may run after the client closed
     # its input, before the server is ended (docs/mcp.md, "stdio").
     stdio_grace_s: float = Field(default=60, gt=0, le=86_400)

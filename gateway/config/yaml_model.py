@@ -11,26 +11,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from gateway.config.errors import ConfigError, Problem
-from gateway.config.yamlsrc import YamlDoc, parse_yaml
+from gateway.config.yamlsrc import MAX_FILE_BYTES, YamlDoc, os_message, read_yaml
 
-MAX_FILE_BYTES = 8 << 20
 M = TypeVar("M", bound=BaseModel)
-
-
-def read_yaml(path: str) -> YamlDoc:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError.single(path, None, "", os_message(exc)) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError.single(path, None, "", f"file is larger than {MAX_FILE_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError.single(path, line, "", f"not UTF-8 text ({exc.reason})") from None
-    return parse_yaml(text, path)
 
 
 def validate_model(model: type[M], doc: YamlDoc) -> M:
@@ -79,10 +62,6 @@ def _field_name(path: tuple[str | int, ...]) -> str:
     for segment in path:
         out += f"[{segment}]" if isinstance(segment, int) else (f".{segment}" if out else segment)
     return out
-
-
-def os_message(exc: OSError) -> str:
-    return f"cannot read: {exc.strerror or exc}"
 
 
 __all__ = ["MAX_FILE_BYTES", "os_message", "read_yaml", "validate_model"]

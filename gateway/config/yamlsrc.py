@@ -37,6 +37,8 @@ class YamlDoc:
         return None
 
 
+MAX_FILE_BYTES = 8 << 20
+
 FAST_LOADER: type[yaml.SafeLoader] | None = getattr(yaml, "CSafeLoader", None)
 """libyaml's parser, where PyYAML was built with it: about five times faster than the pure
 Python one, which took 80% of loading the shipped packs, the most of what `mendpoint stdio`
@@ -70,6 +72,27 @@ def parse_yaml(text: str, file: str) -> YamlDoc:
     if problems:
         raise ConfigError(problems)
     return doc
+
+
+def read_yaml(path: str) -> YamlDoc:
+    """One file users write, parsed: no model is needed (nor imported) to read it."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError.single(path, None, "", os_message(exc)) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError.single(path, None, "", f"file is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError.single(path, line, "", f"not UTF-8 text ({exc.reason})") from None
+    return parse_yaml(text, path)
+
+
+def os_message(exc: OSError) -> str:
+    return f"cannot read: {exc.strerror or exc}"
 
 
 def _checked_node(text: str, file: str, loader: type[yaml.SafeLoader]) -> yaml.Node | None:

@@ -27,12 +27,11 @@ import sys
 import time
 import uuid
 from asyncio import FIRST_COMPLETED
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.failure import Failure, Mode, Refusal
-from gateway.mcp.child import Child, Spawned
+from gateway.mcp.child import Child
 from gateway.mcp.jsonrpc import (
     Pending,
     RequestKey,
@@ -49,9 +48,8 @@ from gateway.mcp.lines import Overlong, overlong_id, read_line
 from gateway.mcp.rpc_errors import server_gone
 
 if TYPE_CHECKING:
-    from gateway.config.loaded import LoadedConfig
-    from gateway.config.models import McpSpec
-    from gateway.enrich.step import Enricher, FailureContext
+    from gateway.config.relay_limits import RelayLimits
+    from gateway.enrich.step import FailureContext
     from gateway.mcp.upgrade import Upgrader
     from gateway.resolve.service import Situation
 
@@ -87,14 +85,15 @@ class StdioCallSite:
 class StdioRelay:
     """The relay between this process's stdin/stdout and a server's.
 
-    `upgrader` is being built while the relay already runs (docs/performance.md#mcp-start-up):
-    nothing waits for it but a response that may need upgrading.
+    `upgrader` (the config, the enrichment step) is being built while the relay already runs
+    (docs/performance.md#mcp-start-up): nothing waits for it but a response that may need
+    upgrading, and the end of a session whose grace comes from the config.
     """
 
     def __init__(
         self,
         child: Child,
-        settings: McpSpec,
+        limits: RelayLimits,
         upgrader: asyncio.Future[Upgrader],
         mode: Mode,
         grace_s: float | None = None,
@@ -102,11 +101,17 @@ class StdioRelay:
         self.child = child
         self.upgrader = upgrader
         self.site = StdioCallSite(mode)
-        self.limit = settings.max_message_bytes
-        self.grace_s = settings.stdio_grace_s if grace_s is None else grace_s
-        self.pending = RequestTable(settings.max_tracked_requests)
+        self.limit = limits.max_message_bytes
+        self.grace_s = grace_s
+        """`--grace`; without it the config's `mcp.stdio_grace_s`, once it has loaded."""
+        self.pending = RequestTable(limits.max_tracked_requests)
         self._ids: dict[RequestKey, Any] = {}
         self._answered = asyncio.Event()  # set whenever nothing is pending any more
+
+    async def _upgrader(self) -> Upgrader:
+        """The upgrader, once built; shielded: a task cancelled while it waits (the client's
+        side, when the server exits) must not cancel the building that others wait for."""
+        return await asyncio.shield(self.upgrader)
 
     async def run(self) -> int:
         """Run the server until it exits; returns its exit status (128+N if killed by signal N)."""
@@ -166,9 +171,12 @@ class StdioRelay:
         """The client closed its input. Run directly, a server answers what it was asked and
         then exits: wait for the calls still pending (up to `grace_s`), give the server
         EXIT_GRACE_S more to exit by itself, then end it."""
+        grace_s = self.grace_s or 0.0
+        if self.pending and self.grace_s is None:  # the config's, once it has loaded
+            grace_s = (await self._upgrader()).settings.stdio_grace_s
         exited = asyncio.ensure_future(child.process.wait())
         try:
-            async with asyncio.timeout(self.grace_s):
+            async with asyncio.timeout(grace_s):
                 while self.pending and not exited.done():
                     self._answered.clear()
                     answered = asyncio.ensure_future(self._answered.wait())
@@ -218,12 +226,12 @@ class StdioRelay:
         pending = self._settle(key) if key is not None else None
         if pending is None:
             return line
-        if not may_need_rewrite(line) and not (await self.upgrader).reads_successes:
+        if not may_need_rewrite(line) and not (await self._upgrader()).reads_successes:
             return line  # a success no rule reads (an opt-in rule's tool may: is_error false)
         # Each upgraded failure gets its own id: the draft extension's correlationId. There is
         # no access log in stdio mode, so this line is what an operator finds it by.
         site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
-        outcome = await (await self.upgrader).upgrade(message, pending, site)
+        outcome = await (await self._upgrader()).upgrade(message, pending, site)
         if outcome is not None and outcome.verdict is not None:
             _log_failure(site.request_id, pending, outcome.verdict.failure)
         new = None if outcome is None or outcome.message is None else encode(outcome.message)
@@ -237,7 +245,7 @@ class StdioRelay:
         for key, pending in self.pending.drain():
             error = server_gone(self._ids.pop(key, key[1]), pending.method)
             site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
-            upgrader = await self.upgrader
+            upgrader = await self._upgrader()
             outcome = await upgrader.own_error(error, pending, site, Refusal.SERVER_EXITED)
             if outcome is not None and outcome.verdict is not None:
                 _log_failure(site.request_id, pending, outcome.verdict.failure)
@@ -300,49 +308,3 @@ async def _stdout_writer() -> asyncio.StreamWriter | _FileOut:
 
 def _is_regular_file(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
-
-
-def run_stdio(
-    load: Callable[[], LoadedConfig], argv: list[str], mode: Mode, grace_s: float | None = None
-) -> int:
-    """The `mendpoint stdio` command: relay until the server exits; its status is ours.
-
-    The server is started first and the config (`load`) read while it starts up; the
-    enrichment step is built in a thread while the first messages already pass (none of them
-    is upgraded: `initialize` never is). A config that does not load ends the server again
-    and raises its `ConfigError` (docs/performance.md#mcp-start-up).
-    """
-
-    async def main() -> int:
-        spawned = await Spawned.spawn(argv)
-        try:
-            loaded = load()
-        except BaseException:
-            spawned.abandon()
-            await spawned.process.wait()
-            raise
-        child = await spawned.attach(loaded.config.mcp.max_message_bytes)
-        building = asyncio.ensure_future(asyncio.to_thread(_enricher, loaded))
-        upgrader = asyncio.ensure_future(_upgrader(building, loaded))
-        try:
-            relay = StdioRelay(child, loaded.config.mcp, upgrader, mode, grace_s)
-            return await relay.run()
-        finally:
-            upgrader.cancel()
-            enricher = await building
-            await enricher.close()
-
-    return asyncio.run(main())
-
-
-def _enricher(loaded: LoadedConfig) -> Enricher:
-    """The enrichment step, built off the event loop: most of what it costs is importing."""
-    from gateway.enrich.step import Enricher
-
-    return Enricher.build(loaded)
-
-
-async def _upgrader(building: asyncio.Future[Enricher], loaded: LoadedConfig) -> Upgrader:
-    from gateway.mcp.upgrade import Upgrader
-
-    return Upgrader(await asyncio.shield(building), loaded.config.mcp)

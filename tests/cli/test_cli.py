@@ -510,3 +510,24 @@ def test_serve_config_and_upstream_are_exclusive(config: Path, cli: Run) -> None
     code, _, err = cli("serve", "--config", str(config), "--upstream", "http://h:1")
     assert code == 2
     assert "not allowed with argument" in err
+
+
+def test_building_the_parser_imports_no_model() -> None:
+    """Every command builds the whole parser first; `mendpoint stdio` starts an MCP server per
+    chat after it (docs/performance.md#mcp-start-up), so building it imports no pydantic."""
+    code = (
+        "import sys\n"
+        "from gateway.cli.parser import build_parser\n"
+        "build_parser().parse_args(['stdio', '--', 'true'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml', 'aiohttp')"
+        " or m.startswith(('gateway.config.models', 'gateway.offline'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_schema_kinds_usage_names_every_kind() -> None:
+    from gateway.cli.parser import _SchemaKinds
+    from gateway.offline.schema import KINDS
+
+    assert "{" + ",".join(sorted(KINDS)) + "}" == _SchemaKinds.METAVAR

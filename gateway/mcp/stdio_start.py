@@ -1,0 +1,100 @@
+"""Starting `mendpoint stdio`: the server first, the relay next, the config loading beside it.
+
+An MCP host starts a stdio server per chat and waits for its `initialize` answer, so what the
+gateway does before relaying is paid on every chat (docs/performance.md#mcp-start-up). The
+server is spawned first; then the config file is read as YAML only, enough for the two limits
+the relay needs (`config/relay_limits.py`), and the relay starts while a thread loads the
+rest (the models, the rule packs, the enrichment step). Only a response that may need
+upgrading waits for it. A config that does not load ends the relay and the server and raises
+its `ConfigError`, with the same FILE:LINE text as ever; a response relayed before that was
+the server's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from asyncio import FIRST_COMPLETED
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gateway.config.relay_limits import RelayLimits
+from gateway.failure import Mode
+from gateway.mcp.child import Spawned
+from gateway.mcp.stdio import StdioRelay
+
+if TYPE_CHECKING:
+    from gateway.config.loaded import LoadedConfig
+    from gateway.mcp.upgrade import Upgrader
+
+
+@dataclass(frozen=True, slots=True)
+class StdioConfig:
+    """What the relay knows of its config before loading it, and how to load the rest."""
+
+    limits: RelayLimits | None
+    """None when only the models can tell (relay_limits.early_limits): the relay waits."""
+    load: Callable[[], LoadedConfig]
+    """The whole config; run in a thread, so it must not touch the event loop."""
+
+
+def run_stdio(
+    read: Callable[[], StdioConfig], argv: list[str], mode: Mode, grace_s: float | None = None
+) -> int:
+    """Relay until the server exits; its status is ours. `read` runs once the server has
+    started, and raises `ConfigError` for a file that cannot be read or parsed."""
+    return asyncio.run(_main(read, argv, mode, grace_s))
+
+
+async def _main(
+    read: Callable[[], StdioConfig], argv: list[str], mode: Mode, grace_s: float | None
+) -> int:
+    spawned = await Spawned.spawn(argv)
+    try:
+        config = read()
+    except BaseException:
+        await _abandon(spawned)
+        raise
+    upgrader = asyncio.ensure_future(asyncio.to_thread(_upgrader, config.load))
+    try:
+        limits = config.limits or RelayLimits.of((await asyncio.shield(upgrader)).settings)
+    except BaseException:
+        await _abandon(spawned)
+        await _closed(upgrader)
+        raise
+    child = await spawned.attach(limits.max_message_bytes)
+    running = asyncio.ensure_future(StdioRelay(child, limits, upgrader, mode, grace_s).run())
+    try:
+        await asyncio.wait({running, upgrader}, return_when=FIRST_COMPLETED)
+        if not running.done() and upgrader.exception() is not None:
+            running.cancel()  # the relay ends its server on the way out
+        await asyncio.wait({running})
+    finally:
+        running.cancel()
+        await _closed(upgrader)
+    failed = upgrader.exception()
+    if failed is not None:
+        raise failed  # the config's ConfigError, even when the server had exited first
+    return running.result()
+
+
+async def _abandon(spawned: Spawned) -> None:
+    spawned.abandon()
+    await spawned.process.wait()
+
+
+async def _closed(upgrader: asyncio.Future[Upgrader]) -> None:
+    """Let the loading thread finish (a thread cannot be cancelled), then close what it built."""
+    await asyncio.wait({upgrader})
+    if not upgrader.cancelled() and upgrader.exception() is None:
+        await upgrader.result().enricher.close()
+
+
+def _upgrader(load: Callable[[], LoadedConfig]) -> Upgrader:
+    """The config and its enrichment step, built off the event loop: most of what they cost
+    is importing the models and the rule engine."""
+    from gateway.enrich.step import Enricher
+    from gateway.mcp.upgrade import Upgrader
+
+    loaded = load()
+    return Upgrader(Enricher.build(loaded), loaded.config.mcp)
