@@ -2,9 +2,9 @@
 every recorded failing call of every corpus server, through the embedded default's upgrade
 step in process (tests/first_action/replay_inprocess.py), must give the weakest agent the right
 first action at least 95% of the time, and keep the server's words in `error.message` as
-often. The held-out servers (docs/packs/corpus.md#the-held-out-set) are scored apart and
-printed, not held to the threshold: they are the check that the rules generalise, not a
-target to write rules for.
+often. The held-out servers (docs/packs/corpus.md#the-held-out-set) are scored apart and held
+to the same floor: recorded before the rules that serve them were written and never tuned
+for, they are the check that the rules generalise.
 """
 
 from __future__ import annotations
@@ -54,11 +54,14 @@ async def test_the_mcp_corpus_gets_the_right_first_action_95_percent_of_the_time
 
 
 @pytest.mark.timeout(60)
-async def test_the_held_out_servers_are_scored_apart() -> None:
+async def test_the_held_out_servers_get_the_right_first_action_95_percent_of_the_time() -> None:
     held_out = [s for s in SERVERS if s.held_out]
-    assert len(held_out) >= 3
+    assert len(held_out) >= 9
     outcomes = await _outcomes(held_out)
     first = tally(outcomes, "first_action")
-    print(f"MCP held-out: first action {first.text()}; misses: {_misses(outcomes)}")
-    assert first.total >= 15
+    fidelity = tally(outcomes, "fidelity")
+    print(f"MCP held-out: first action {first.text()}, fidelity {fidelity.text()}")
+    assert first.total >= 35
+    assert first.rate >= THRESHOLD, _misses(outcomes)
+    assert fidelity.rate >= THRESHOLD
     assert tally(outcomes, "success").rate == 1.0
