@@ -31,6 +31,7 @@ from gateway.feedback.store import (
     RECOVERY_SAMPLES,
     SEP,
     SWEEP_LIMIT,
+    Done,
     FleetStore,
     Operation,
 )
@@ -106,7 +107,7 @@ class SharedTracking:
             keys.succeeded(entry.key),
             keys.recovery_prefix,
         )
-        self.store.enqueue(Operation("open", opened_keys, (json.dumps(arguments),), _settled))
+        self._call("open", opened_keys, arguments, _settled)
 
     def followed(
         self,
@@ -146,7 +147,7 @@ class SharedTracking:
             keys.events,
             keys.succeeded(attempt.key),
         )
-        self.store.enqueue(Operation("follow", follow_keys, (json.dumps(arguments),), _won))
+        self._call("follow", follow_keys, arguments, _won)
 
     def sweep(self) -> None:
         """Count the fleet's failures past their deadline abandoned (any replica may)."""
@@ -160,14 +161,23 @@ class SharedTracking:
             "window_ms": round(self.book.settings.window_s * 1000),
             "sep": SEP,
         }
-        self.store.enqueue(
-            Operation("sweep", (keys.due, keys.tally), (json.dumps(arguments),), _abandoned)
-        )
+        self._call("sweep", (keys.due, keys.tally), arguments, _abandoned)
 
     def gap(self, signature: Signature) -> None:
         member = json.dumps([signature.route, signature.status, signature.text])
         arguments = {"member": member, "capacity": self.gaps_capacity, "counts_ttl_s": COUNTS_TTL_S}
-        self.store.enqueue(Operation("gap", (self.store.keys.gaps,), (json.dumps(arguments),)))
+        self._call("gap", (self.store.keys.gaps,), arguments)
+
+    def _call(
+        self,
+        script: str,
+        keys: tuple[str, ...],
+        arguments: dict[str, Any],
+        done: Done | None = None,
+    ) -> None:
+        """One call of a fleet script (gateway.feedback.fleet_scripts), its arguments as one
+        JSON document, queued for the store; `done` counts what the store granted."""
+        self.store.enqueue(Operation(script, keys, (json.dumps(arguments),), done))
 
     # -- what the others send --------------------------------------------------------------
 
