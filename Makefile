@@ -98,9 +98,9 @@ conformance: $(STAMP) $(MCP_SERVERS)
 system-packages:
 	@tests/setup/system-packages.sh
 
-# The suite runs on TEST_WORKERS pytest-xdist workers (2: the two cores the README promises
-# `make test` in under 5 minutes on); tests marked xdist_group("NAME") run on one worker, one
-# after another. TEST_WORKERS=0 runs it in this process, serially.
+# The suite runs on TEST_WORKERS pytest-xdist workers (2: the two cores the README's figures
+# are for); tests marked xdist_group("NAME") run on one worker, one after another.
+# TEST_WORKERS=0 runs it in this process, serially.
 TEST_WORKERS ?= 2
 PYTEST_WORKERS := -n $(TEST_WORKERS) --dist loadgroup
 
