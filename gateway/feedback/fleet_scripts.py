@@ -14,6 +14,8 @@ its chain of failures began. Outcomes follow the table of gateway.feedback.follo
   none is remembered for a few seconds, for the failure whose news is on its way.
 - `sweep`: failures past their deadline, counted abandoned once.
 - `gap`: an unmatched signature in a bounded top-N (space-saving).
+- `publish`: an event for the other replicas as it is (what a `tools/list` said of its tools'
+  annotations, gateway.mcp.tool_hints), kept nowhere.
 """
 
 from __future__ import annotations
@@ -175,5 +177,8 @@ else
 end
 redis.call('EXPIRE', KEYS[1], a.counts_ttl_s)
 return 1
+""",
+    "publish": """
+return redis.call('PUBLISH', KEYS[1], ARGV[1])
 """,
 }

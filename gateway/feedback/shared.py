@@ -61,6 +61,8 @@ class SharedTracking:
         self.store = store
         self.book = book
         self.gaps_capacity = gaps_capacity
+        self.on_hints: Callable[[str, dict[str, Any]], object] | None = None
+        """Where other replicas' tool annotations go (the MCP runtime's ToolBook)."""
 
     @property
     def up(self) -> bool:
@@ -179,10 +181,22 @@ class SharedTracking:
         JSON document, queued for the store; `done` counts what the store granted."""
         self.store.enqueue(Operation(script, keys, (json.dumps(arguments),), done))
 
+    def hints(self, route: str, tools: dict[str, Any]) -> None:
+        """What a `tools/list` here said of `route`'s tools that this replica did not know
+        (gateway.mcp.tool_hints), for every other replica's book."""
+        event = {"op": "hints", "from": self.store.replica, "route": route, "tools": tools}
+        self.store.enqueue(Operation("publish", (self.store.keys.events,), (json.dumps(event),)))
+
     # -- what the others send --------------------------------------------------------------
 
     def received(self, event: dict[str, Any]) -> None:
-        """Another replica's open or close, into this book as a sibling worker's would be."""
+        """Another replica's open or close, into this book as a sibling worker's would be;
+        its tools' annotations to `on_hints`."""
+        if event.get("op") == "hints":
+            route, tools = event.get("route"), event.get("tools")
+            if self.on_hints is not None and isinstance(route, str) and isinstance(tools, dict):
+                self.on_hints(route, tools)
+            return
         if event.get("op") == "close":
             self.book.apply(event)
             return

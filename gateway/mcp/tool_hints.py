@@ -24,11 +24,17 @@ for that, whatever the server's message says (a server that runs a command witho
 report the command's own failure, a refused connection even): the caller can fix it by
 giving the argument, and no retry of the same call can succeed. Only the first
 `REQUIRED_LIMIT` names of a schema are kept, each at most `NAME_LIMIT` characters long.
+
+With a fleet store, what a listing through one replica (or worker) changes is told to the
+others (`on_learned`, published through the store; `received` where it arrives), so a
+session whose `tools/list` and `tools/call` reach different replicas is classified as on one
+(docs/mcp.md#across-replicas). A listing that says what the book already holds costs nothing.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +76,8 @@ class ToolBook:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
         self._tools: OrderedDict[tuple[str, str], ToolFacts] = OrderedDict()
+        self.on_learned: Callable[[str, dict[str, Any]], object] | None = None
+        """Told what a listing changed, as JSON (the fleet store's publisher), if any."""
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -79,15 +87,43 @@ class ToolBook:
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
             return
+        listed = {}
         for tool in tools:
             name = tool.get("name") if isinstance(tool, dict) else None
-            if not isinstance(name, str):
-                continue
+            if isinstance(name, str):
+                listed[name] = ToolFacts(replay_safe(tool), required_arguments(tool))
+        changed = self._note(route, listed)
+        if changed and self.on_learned is not None:
+            told = {
+                n: {"replay_safe": f.replay_safe, "required": f.required}
+                for n, f in changed.items()
+            }
+            self.on_learned(route, told)
+
+    def received(self, route: str, tools: dict[str, Any]) -> None:
+        """What another replica's listing changed (`on_learned`'s JSON there), checked as a
+        listing is."""
+        facts = {}
+        for name, told in tools.items():
+            if isinstance(name, str) and isinstance(told, dict):
+                required = {"inputSchema": {"required": told.get("required")}}
+                facts[name] = ToolFacts(
+                    told.get("replay_safe") is True, required_arguments(required)
+                )
+        self._note(route, facts)
+
+    def _note(self, route: str, tools: dict[str, ToolFacts]) -> dict[str, ToolFacts]:
+        """`tools` of `route` as listed now; returns those that are new here."""
+        changed = {}
+        for name, facts in tools.items():
             key = (route, name)
-            self._tools[key] = ToolFacts(replay_safe(tool), required_arguments(tool))
+            if self._tools.get(key) != facts:
+                changed[name] = facts
+            self._tools[key] = facts
             self._tools.move_to_end(key)
         while len(self._tools) > self.capacity:
             self._tools.popitem(last=False)
+        return changed
 
     def is_replay_safe(self, route: str, tool: str | None) -> bool:
         facts = None if tool is None else self._tools.get((route, tool))

@@ -50,10 +50,10 @@ from gateway.proxy.upstream.pool import UpstreamClient
 from gateway.serve import listeners
 from gateway.serve.admin import admin_tokens, build_admin_app, warn_if_exposed
 from gateway.serve.connection_cap import ConnectionCap, Refuse
+from gateway.serve.fleet_mcp import SessionRelay, join_fleet
 from gateway.serve.handler import expect, handle
 from gateway.serve.listeners import dual_stack_socket
 from gateway.serve.process_tuning import settle
-from gateway.serve.session_relay import SessionRelay, start_relay
 from gateway.telemetry.logs import close_access_log, set_access_log
 from gateway.telemetry.metrics import READY, RELOADS
 from gateway.telemetry.tracing import TRACING, TraceSettings
@@ -204,9 +204,9 @@ class GatewayServer:
             await web.UnixSite(self.runner, sibling_socket).start()
         if self.shared is not None:
             await self.shared.store.start(self.shared.received)
-        bridges = self.app[mcp_runtime.MCP_RUNTIME].bridges  # fleet.sessions: replicas relay here
-        self._relay = await start_relay(
-            self.loaded, server, holder, self.shared, bridges.owners, reuse_port
+        runtime = self.app[mcp_runtime.MCP_RUNTIME]  # tool hints shared; fleet.sessions' port
+        self._relay = await join_fleet(
+            self.loaded, server, holder, self.shared, runtime, reuse_port
         )
         if admin is not None:
             self.admin_address = await self._start_admin(admin)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.mcp.tool_hints import NAME_LIMIT, REQUIRED_LIMIT, ToolBook
@@ -70,3 +71,30 @@ def test_a_schemas_required_list_is_bounded() -> None:
     assert book.missing_arguments("r", "t", frozenset()) == tuple(many[:REQUIRED_LIMIT])
     book.learn("r", {"tools": [{"name": "t", "inputSchema": {"required": "name"}}]})
     assert book.missing_arguments("r", "t", frozenset()) == ()
+
+
+def test_what_a_listing_changes_is_told_once_and_holds_in_another_book() -> None:
+    """A fleet's replicas: one book learns from a listing and tells what changed, as JSON
+    (docs/mcp.md#across-replicas); the other, told it, answers as the first does."""
+    told: list[str] = []
+    here, there = ToolBook(), ToolBook()
+    here.on_learned = lambda route, tools: told.append(json.dumps([route, tools]))
+    listing = {
+        "tools": [
+            {"name": "read", "annotations": {"readOnlyHint": True}},
+            {"name": "send", "inputSchema": {"type": "object", "required": ["to", "body"]}},
+        ]
+    }
+    here.learn("files", listing)
+    here.learn("files", listing)  # the same again: nothing new to tell
+    assert len(told) == 1
+    route, tools = json.loads(told[0])
+    there.received(route, tools)
+    given = frozenset({"to"})
+    for book in (here, there):
+        assert book.is_replay_safe("files", "read") is True
+        assert book.is_replay_safe("files", "send") is False
+        assert book.missing_arguments("files", "send", given) == ("body",)
+    there.received("files", {"read": {"replay_safe": "yes", "required": "x"}, "odd": 7})
+    assert there.is_replay_safe("files", "read") is False  # only a JSON true counts
+    assert there.missing_arguments("files", "read", frozenset()) == ()

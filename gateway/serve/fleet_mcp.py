@@ -1,17 +1,20 @@
-"""The internal relay port of `fleet.sessions`: where other replicas send the requests of the
-bridge sessions this replica holds (docs/mcp.md#replicas).
+"""The MCP runtime's part in a fleet: tool annotations told to the other replicas, and the
+internal relay port of `fleet.sessions`, where other replicas send the requests of the
+bridge sessions this replica holds (docs/mcp.md#across-replicas, docs/mcp.md#replicas).
 
-It serves the gateway's own app, so a relayed request meets the same route, checks, caller
-and mode as at the replica it came through, but every request head must carry a relay
-signature made with the fleet's session key within `RELAY_SKEW_S` (gateway.config
-.session_keys): anything else is refused with 403 before it is read further, and the
-connection closed. So the port is no second way in for whoever can reach it, and only a
-replica can name the client whose session it is. Under `serve --workers N` the workers share
-the port (SO_REUSEPORT) and a worker that does not hold the session relays it on to the one
-that does, as for any request.
+With a store, what a `tools/list` through this replica teaches its ToolBook is published,
+and what the others publish is applied here (gateway.mcp.tool_hints).
 
-Started with the listener, this process also renews the replica's owner record in the store
-(gateway.mcp.bridge_replicas) with the address other replicas reach the port at.
+The relay port serves the gateway's own app, so a relayed request meets the same route,
+checks, caller and mode as at the replica it came through, but every request head must carry
+a relay signature made with the fleet's session key within `RELAY_SKEW_S`
+(gateway.config.session_keys): anything else is refused with 403 before it is read further,
+and the connection closed. So the port is no second way in for whoever can reach it, and
+only a replica can name the client whose session it is. Under `serve --workers N` the
+workers share the port (SO_REUSEPORT) and a worker that does not hold the session relays it
+on to the one that does, as for any request. With the listener, this process also renews
+the replica's owner record in the store (gateway.mcp.bridge_replicas) with the address other
+replicas reach the port at.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from gateway.fence.aiohttp_private import (
     RawRequestMessage,
     server_handler_kwargs,
 )
-from gateway.mcp.bridge_owners import Owners
 from gateway.mcp.bridge_replicas import ReplicaDirectory
+from gateway.mcp.sessions_state import McpRuntime
 from gateway.proxy.connection import GatewayProtocol, head_refusal
 from gateway.proxy.state import StateHolder
 from gateway.serve.listeners import dual_stack_socket
@@ -79,15 +82,19 @@ class SessionRelay:
         await self.directory.close()
 
 
-async def start_relay(
+async def join_fleet(
     loaded: LoadedConfig,
     server: web.Server,
     state: StateHolder,
     shared: SharedTracking | None,
-    owners: Owners,
+    runtime: McpRuntime,
     reuse_port: bool,
 ) -> SessionRelay | None:
-    """Listen on `fleet.sessions.listen` and announce it; None without `fleet.sessions`."""
+    """Share tool annotations through the store; listen on `fleet.sessions.listen` and
+    announce it. None without `fleet.sessions`."""
+    if shared is not None:
+        runtime.tools.on_learned, shared.on_hints = shared.hints, runtime.tools.received
+    owners = runtime.bridges.owners
     fleet = loaded.config.fleet
     spec = fleet.sessions if fleet is not None else None
     keys = loaded.session_keys
@@ -130,4 +137,4 @@ async def _advertised(host: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
-__all__ = ["SessionRelay", "start_relay"]
+__all__ = ["SessionRelay", "join_fleet"]
