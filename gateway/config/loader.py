@@ -26,7 +26,7 @@ from gateway.config.route_model import RouteSpec
 from gateway.config.rule_model import RulePack
 from gateway.config.salvage import is_inert, salvage
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
-from gateway.config.session_keys import MIN_KEY_CHARS, SessionKeys
+from gateway.config.session_keys import read_session_keys
 from gateway.config.tls import resolve_block_tls, resolve_resolver_tls, resolve_route_tls
 from gateway.config.validate import validate_loaded
 from gateway.config.yaml_model import M, validate_model
@@ -409,36 +409,18 @@ def _add_fleet(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Proble
             line = doc.line_of(("fleet", "password_file"))
             problems.append(Problem(doc.file, line, "fleet.password_file", str(exc)))
     if spec.sessions is not None:
-        problems.extend(_read_session_keys(loaded, spec.sessions.key_file, doc, base_dir))
+        path = os.path.normpath(os.path.join(base_dir, spec.sessions.key_file))  # abs: itself
+        try:
+            loaded.session_keys = read_session_keys(path)
+        except TokenError as exc:
+            line = doc.line_of(("fleet", "sessions", "key_file"))
+            problems.append(Problem(doc.file, line, "fleet.sessions.key_file", str(exc)))
     if spec.tls is not None:
         tls, tls_problems = resolve_block_tls(spec.tls, doc, base_dir, ("fleet", "tls"))
         problems.extend(tls_problems)
         fleet = spec.model_copy(update={"tls": tls})
         loaded.config = loaded.config.model_copy(update={"fleet": fleet})
     return problems
-
-
-def _read_session_keys(
-    loaded: LoadedConfig, key_file: str, doc: YamlDoc, base_dir: str
-) -> list[Problem]:
-    """`fleet.sessions.key_file`'s secrets, each long enough to key an HMAC."""
-    path = (
-        key_file if os.path.isabs(key_file) else os.path.normpath(os.path.join(base_dir, key_file))
-    )
-    line = doc.line_of(("fleet", "sessions", "key_file"))
-    try:
-        secrets = read_tokens(path)
-    except TokenError as exc:
-        return [Problem(doc.file, line, "fleet.sessions.key_file", str(exc))]
-    short = [n for n, secret in enumerate(secrets, start=1) if len(secret) < MIN_KEY_CHARS]
-    if short:
-        message = (
-            f"{path}: key {short[0]} is shorter than {MIN_KEY_CHARS} characters "
-            f"(make one with `openssl rand -hex 32`)"
-        )
-        return [Problem(doc.file, line, "fleet.sessions.key_file", message)]
-    loaded.session_keys = SessionKeys.from_secrets(secrets)
-    return []
 
 
 __all__ = [

@@ -23,6 +23,7 @@ import hmac
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.config.secrets import TokenError, read_tokens
 from gateway.header_names import MCP_SESSION_ID, RELAY_SIGNATURE, RELAYED_PEER, REQUEST_ID
 
 MIN_KEY_CHARS = 32
@@ -78,6 +79,18 @@ class SessionKeys:
         return any(hmac.compare_digest(_mac(key, text), mac) for key in self.relay)
 
 
+def read_session_keys(path: str) -> SessionKeys:
+    """`fleet.sessions.key_file`'s keys, each long enough for an HMAC; TokenError if not."""
+    secrets = read_tokens(path)
+    short = [n for n, secret in enumerate(secrets, start=1) if len(secret) < MIN_KEY_CHARS]
+    if short:
+        raise TokenError(
+            f"{path}: key {short[0]} is shorter than {MIN_KEY_CHARS} characters "
+            f"(make one with `openssl rand -hex 32`)"
+        )
+    return SessionKeys.from_secrets(secrets)
+
+
 def relay_fields(method: str, target: str, headers: Mapping[str, str]) -> tuple[str, ...]:
     """What a relay signature covers: the request line, the session, the client's peer as
     the relaying replica saw it, and the request id (`headers`: case-insensitive)."""
@@ -103,4 +116,4 @@ def _relay_text(stamp: str, fields: Iterable[str]) -> bytes:
     return "\n".join((stamp, *fields)).encode("utf-8", "surrogateescape")
 
 
-__all__ = ["MIN_KEY_CHARS", "RELAY_SKEW_S", "SessionKeys", "relay_fields"]
+__all__ = ["MIN_KEY_CHARS", "RELAY_SKEW_S", "SessionKeys", "read_session_keys", "relay_fields"]
