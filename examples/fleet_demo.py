@@ -26,11 +26,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# HAProxy round-robin in front of the replicas (tests/support/fleet.py runs the same config).
 HAPROXY = """\
 global
     log stderr format raw local0 err
 defaults
     mode http
+    # Every request is balanced anew, a kept-alive client's too: a plain round-robin Service.
     option http-server-close
     timeout connect 2s
     timeout client 30s

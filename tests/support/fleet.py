@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from examples.fleet_demo import HAPROXY
 from tests.support.gateway import free_port
 from tests.support.waits import patience
 
@@ -180,25 +181,6 @@ class GatewayProcess:
                 await self.process.wait()
 
 
-HAPROXY_CONFIG = """\
-global
-    log stderr format raw local0 err
-defaults
-    mode http
-    # Every request is balanced anew, a kept-alive client's too: a plain round-robin Service.
-    option http-server-close
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-frontend fleet
-    bind 127.0.0.1:{port}
-    default_backend replicas
-backend replicas
-    balance roundrobin
-{servers}
-"""
-
-
 @dataclass
 class RoundRobin:
     """HAProxy in front of the replicas, each request to the next one."""
@@ -217,7 +199,7 @@ class RoundRobin:
             f"    server r{index} 127.0.0.1:{port}" for index, port in enumerate(self.backends)
         )
         path = self.directory / "haproxy.cfg"
-        path.write_text(HAPROXY_CONFIG.format(port=self.port, servers=servers))
+        path.write_text(HAPROXY.format(front=f"127.0.0.1:{self.port}", servers=servers))
         with (self.directory / "haproxy.log").open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 program("haproxy"),
