@@ -7,12 +7,12 @@ whose sessions belong to their caller (docs/mcp.md#sessions-belong-to-their-call
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -32,6 +32,33 @@ from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord
 from gateway.telemetry.metrics import FallbackReason
+
+T = TypeVar("T")
+
+
+class once(Generic[T]):
+    """`functools.cached_property` without its lock: on Python 3.11 every first read takes an
+    RLock (3.12 removed it), and a failure reads four of these; a request is one task, so
+    nothing can race (docs/performance.md#follow-ups-while-a-failure-is-open)."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> once[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> T | once[T]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.compute(obj)
+        return value
 
 
 @dataclass
@@ -54,7 +81,7 @@ class RequestContext:
     def request_id(self) -> str:
         return self.record.request_id
 
-    @functools.cached_property
+    @once
     def peer(self) -> str | None:
         """The TCP peer's address; for a request a sibling worker (`serve --workers`,
         docs/mcp.md#workers) or another replica (docs/mcp.md#replicas) relayed to the bridge
@@ -66,7 +93,7 @@ class RequestContext:
             return relayed or None
         return request.remote
 
-    @functools.cached_property
+    @once
     def from_replica(self) -> bool:
         """Another replica relayed this request, signed with the fleet's session key
         (gateway.config.session_keys): its word on the client's peer is believed, and it is
@@ -77,25 +104,25 @@ class RequestContext:
             request.method, request.raw_path, request.headers, time.time()
         )
 
-    @functools.cached_property
+    @once
     def from_trusted_proxy(self) -> bool:
         """The TCP peer is in `trusted_proxies`: its forwarding and identity headers count."""
         return self.state.proxies.trusts(self.peer)
 
-    @functools.cached_property
+    @once
     def client_address(self) -> str | None:
         """The original client's address: the peer, or what trusted proxies say it was."""
         forwarded = self.request.headers.getall("X-Forwarded-For", ())
         return self.state.proxies.client_address(self.peer, forwarded)
 
-    @functools.cached_property
+    @once
     def caller(self) -> Caller:
         request = self.request
         return self.state.callers.identify(
             request.headers, peer=self.peer, trusted=self.from_trusted_proxy
         )
 
-    @functools.cached_property
+    @once
     def mode(self) -> Mode:
         caller = self.caller
         rollout_key = caller.name if caller.name is not None else f"peer:{self.peer}"

@@ -31,6 +31,7 @@ class Watch:
     target: str
     followed: OpenFailure | None = None
     _key: str | None = None
+    _where: int | None = None
 
     @classmethod
     def begin(cls, book: FollowupBook, ctx: RequestContext, target: str) -> Watch:
@@ -45,7 +46,10 @@ class Watch:
     @property
     def where(self) -> int:
         """Its `where_of` slot: a failure it could follow has the same."""
-        return where_of(self.ctx.route.spec.name, self.ctx.request.method, self.target)
+        if self._where is None:
+            route, method = self.ctx.route.spec.name, self.ctx.request.method
+            self._where = where_of(route, method, self.target)
+        return self._where
 
     @property
     def key(self) -> str:
