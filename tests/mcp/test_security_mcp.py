@@ -29,6 +29,7 @@ from yarl import URL
 from gateway.config.models import DEFAULT_TOOL_GUIDANCE
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, write_config
 from tests.support.paths import MCP_SERVERS
+from tests.support.waits import patience
 
 BAD_SERVER = str(MCP_SERVERS / "bad_server.py")
 MENDPOINT = [sys.executable, "-m", "gateway", "--log-level", "warning", "stdio"]
@@ -219,7 +220,8 @@ class Done:
 async def run_stdio(
     config: Path, flags: list[str], messages: list[dict[str, Any]], *, within: float = 20
 ) -> Done:
-    """`mendpoint stdio` in front of bad_server.py: all messages in, stdin closed, all out."""
+    """`mendpoint stdio` in front of bad_server.py: all messages in, stdin closed, all out,
+    within `within` s on a quiet machine (two process starts: stretched by the load)."""
     process = await asyncio.create_subprocess_exec(
         *MENDPOINT,
         "--config",
@@ -234,7 +236,7 @@ async def run_stdio(
     )
     lines = b"".join(json.dumps(m).encode() + b"\n" for m in messages)
     try:
-        async with asyncio.timeout(within):
+        async with asyncio.timeout(patience(within)):
             out, err = await process.communicate(lines)
     finally:
         if process.returncode is None:
