@@ -7,6 +7,7 @@ bounded: wrk has a fixed duration and every wait has a timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -159,10 +160,20 @@ def peak_rss_mib(pid: int) -> float | None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU the process has used so far (all its threads)."""
+    """User + system CPU the process and its live children have used so far (all their
+    threads): a gateway's trace exporter process is part of what a traced request costs."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return ticks / os.sysconf("SC_CLK_TCK")
+    own = ticks / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) for child in _children(pid))
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def repin(pids: list[int], core: int) -> None:

@@ -3,14 +3,14 @@
 One SERVER span per exchange, following the stable HTTP semantic conventions and, on MCP
 routes, the MCP ones; one CLIENT span per upstream attempt, a replay counted with
 `http.request.resend_count`; the gateway's own facts under `mendpoint.`. This module imports
-the OpenTelemetry SDK, so it is loaded only once tracing is on (`telemetry.tracing.start`):
-with tracing off no request touches it.
+the OpenTelemetry API and SDK sampler, so it is loaded only once tracing is on
+(`telemetry.tracing.start`): with tracing off no request touches it.
 
-The server span is started lazily, with the exchange's start time: an MCP request names its
-caller's span in `params._meta.traceparent`, which is known only once the body was read, and
-a span's parent cannot change after it started. Its attributes are collected in a dict and
-set once, when it ends: the SDK validates each attribute as it is set, and that was the
-largest part of what a span cost (docs/operations.md#traces).
+A span here is plain data (`span_pipe.Recorded`): the SDK's span objects are built, and
+encoded to OTLP, in the exporter process (gateway.telemetry.span_export), off the gateway's
+CPU. The server span is started lazily, with the exchange's start time: an MCP request names
+its caller's span in `params._meta.traceparent`, which is known only once the body was read,
+and a span's parent cannot change after it started.
 """
 
 from __future__ import annotations
@@ -21,17 +21,13 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-DEFAULT_SERVICE = "mendpoint"
+from gateway.telemetry.span_pipe import Recorded, SpanPipe
+
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 FAILURE_EVENT = "mendpoint.failure"
@@ -94,26 +90,6 @@ class UpstreamOrigin(Protocol):
     def tls(self) -> bool: ...
 
 
-def build_provider(
-    exporter: SpanExporter, service_name: str | None, sample_ratio: float | None
-) -> TracerProvider:
-    """A provider exporting in batches from the SDK's worker thread, never from the loop.
-
-    `sample_ratio` None leaves the sampler to `OTEL_TRACES_SAMPLER` (the SDK's default: the
-    caller's decision, else always); a ratio samples new traces at it and follows the caller's
-    decision otherwise, so a trace is never cut in half at the gateway. The provider is not
-    shut down at interpreter exit by the SDK (that waits on a slow collector): the gateway
-    shuts it down itself, bounded (`telemetry.tracing.stop`).
-    """
-    resource = Resource.create({SERVICE_NAME: service_name} if service_name else {})
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE}))
-    sampler = None if sample_ratio is None else ParentBased(TraceIdRatioBased(sample_ratio))
-    provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    return provider
-
-
 def request_method(method: str) -> dict[str, str]:
     """`http.request.method`: a method the conventions know, else `_OTHER` and the original."""
     if method in KNOWN_METHODS:
@@ -132,14 +108,6 @@ def parent_from(traceparent: str | None, tracestate: str | None) -> Context | No
     if not trace.get_current_span(extracted).get_span_context().is_valid:
         return None
     return extracted
-
-
-def traceparent_of(span: Span) -> str | None:
-    """The `traceparent` that makes `span` the parent of whoever receives it."""
-    sc = span.get_span_context()
-    if not sc.is_valid:
-        return None
-    return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
 
 
 def error_type(exc: BaseException) -> str:
@@ -161,8 +129,8 @@ class ExchangeTrace:
         "_attempt",
         "_link",
         "_parent",
+        "_pipe",
         "_start_ns",
-        "_tracer",
         "attributes",
         "category",
         "mcp_name",
@@ -172,7 +140,7 @@ class ExchangeTrace:
 
     def __init__(
         self,
-        tracer: Tracer,
+        pipe: SpanPipe,
         method: str,
         path: str,
         scheme: str,
@@ -181,12 +149,12 @@ class ExchangeTrace:
         traceparent: str | None,
         tracestate: str | None,
     ) -> None:
-        self._tracer = tracer
+        self._pipe = pipe
         self._start_ns = time.time_ns()
         self._parent = parent_from(traceparent, tracestate)
         self._link: Context | None = None
-        self._attempt: Span | None = None
-        self.span: Span | None = None
+        self._attempt: Recorded | None = None
+        self.span: Recorded | None = None
         self.category: str | None = None
         self.resolution: str | None = None
         self.mcp_name: str | None = None
@@ -314,9 +282,7 @@ class ExchangeTrace:
         self._end_attempt()
         server = self._server_span()
         if not server.is_recording():  # not sampled: the upstream's parent is the exchange
-            traceparent = traceparent_of(server)
-            if traceparent is not None:
-                headers[TRACEPARENT] = traceparent
+            headers[TRACEPARENT] = server.traceparent()
             return
         attributes: dict[str, Any] = request_method(method)
         scheme = "https" if origin.tls else "http"
@@ -325,16 +291,15 @@ class ExchangeTrace:
         attributes["url.full"] = f"{scheme}://{origin.host}:{origin.port}{target.split('?')[0]}"
         if resend_count:
             attributes["http.request.resend_count"] = resend_count
-        span = self._tracer.start_span(
+        span = self._pipe.start(
             attributes.get("http.request.method", method),
-            context=trace.set_span_in_context(server),
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
+            SpanKind.CLIENT,
+            server,
+            time.time_ns(),
+            attributes,
         )
         self._attempt = span
-        traceparent = traceparent_of(span)
-        if traceparent is not None:
-            headers[TRACEPARENT] = traceparent
+        headers[TRACEPARENT] = span.traceparent()
 
     @never_raises
     def failed(self, exc: BaseException) -> None:
@@ -342,10 +307,9 @@ class ExchangeTrace:
         span = self._attempt
         if span is None:
             return
-        kind = error_type(exc)
-        span.set_attribute("error.type", kind)
-        span.set_status(Status(StatusCode.ERROR))
-        span.end()
+        span.attributes["error.type"] = error_type(exc)
+        span.error = True
+        self._pipe.end(span)
         self._attempt = None
 
     @never_raises
@@ -354,10 +318,10 @@ class ExchangeTrace:
         span = self._attempt
         if span is None:
             return
-        span.set_attribute("http.response.status_code", status)
+        span.attributes["http.response.status_code"] = status
         if status >= 400:
-            span.set_attribute("error.type", str(status))
-            span.set_status(Status(StatusCode.ERROR))
+            span.attributes["error.type"] = str(status)
+            span.error = True
 
     # The end.
 
@@ -378,11 +342,9 @@ class ExchangeTrace:
                     attributes.setdefault("error.type", str(record.status))
             if record.route != "-":
                 attributes["http.route"] = record.route
-            span.update_name(self._name(record.route))
-            span.set_attributes(attributes)
-            if "error.type" in attributes:
-                span.set_status(Status(StatusCode.ERROR))
-        span.end()
+            span.name = self._name(record.route)
+            span.error = "error.type" in attributes
+        self._pipe.end(span)
 
     @never_raises
     def ids(self) -> tuple[str, str] | None:
@@ -390,10 +352,7 @@ class ExchangeTrace:
         span = self.span
         if span is None:
             return None
-        sc = span.get_span_context()
-        if not sc.is_valid:
-            return None
-        return f"{sc.trace_id:032x}", f"{sc.span_id:016x}"
+        return f"{span.trace_id:032x}", f"{span.span_id:016x}"
 
     def _gateway_facts(self, record: Finished, attributes: dict[str, Any]) -> None:
         attributes["mendpoint.request.id"] = record.request_id
@@ -418,25 +377,26 @@ class ExchangeTrace:
         method = self.attributes["http.request.method"]
         return method if route == "-" else f"{method} {route}"
 
-    def _server_span(self) -> Span:
+    def _server_span(self) -> Recorded:
         span = self.span
         if span is None:
             links = None
             if self._link is not None:
                 linked = trace.get_current_span(self._link).get_span_context()
                 links = [Link(linked)]
-            span = self.span = self._tracer.start_span(
+            span = self.span = self._pipe.start(
                 self.attributes["http.request.method"],
-                context=self._parent if self._parent is not None else otel_context.Context(),
-                kind=SpanKind.SERVER,
-                links=links,
-                start_time=self._start_ns,
+                SpanKind.SERVER,
+                self._parent,
+                self._start_ns,
+                self.attributes,
+                links,
             )
         return span
 
     def _end_attempt(self) -> None:
         if self._attempt is not None:
-            self._attempt.end()
+            self._pipe.end(self._attempt)
             self._attempt = None
 
 

@@ -3,17 +3,18 @@
 Off unless configured (`telemetry.otlp_endpoint`, or the standard `OTEL_EXPORTER_OTLP_*`
 endpoint variables; `OTEL_SDK_DISABLED=true` wins over both). Off, a request costs one
 attribute test in `gateway.serve.handler` and the OpenTelemetry SDK is never imported; on,
-`gateway.telemetry.spans` builds each exchange's spans and the SDK's batch processor exports
-them from its own thread, so a slow or dead collector drops spans and never holds a request
-(docs/operations.md#traces).
+`gateway.telemetry.spans` records each exchange's spans as plain data and an exporter
+process of the gateway's own builds the SDK's spans from them and exports them in batches
+(gateway.telemetry.span_pipe, span_export), so a slow or dead collector drops spans and
+never holds a request (docs/operations.md#traces).
 """
 
 from __future__ import annotations
 
 import contextvars
+import importlib.util
 import logging
 import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -22,9 +23,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace import Tracer
-
+    from gateway.telemetry.span_pipe import SpanPipe
     from gateway.telemetry.spans import ExchangeTrace
 
 log = logging.getLogger("mendpoint.tracing")
@@ -34,6 +33,8 @@ TRACES_PATH = "/v1/traces"
 STOP_WAIT_S = 2.0
 """How long stopping waits for the last batch; a hung collector does not hold a shutdown."""
 INSTALL_HINT = "pip install 'mendpoint[otel]'"
+EXPORTER_MODULE = "opentelemetry.exporter.otlp.proto.http"
+"""What the exporter process imports: looked for (not imported) before tracing starts."""
 
 
 class TracingUnavailable(RuntimeError):
@@ -72,8 +73,7 @@ class Tracing:
 
     def __init__(self) -> None:
         self.on = False
-        self._tracer: Tracer | None = None
-        self._provider: TracerProvider | None = None
+        self._pipe: SpanPipe | None = None
         self._exchange: type[ExchangeTrace] | None = None
 
     def start(self, settings: TraceSettings, environ: Mapping[str, str] = os.environ) -> bool:
@@ -86,9 +86,11 @@ class Tracing:
         if not wanted(settings, environ):
             return False
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
+            exporter_spec = importlib.util.find_spec(EXPORTER_MODULE)
+            if exporter_spec is None:
+                raise ImportError(name=EXPORTER_MODULE)
             from gateway.telemetry import spans
+            from gateway.telemetry.span_pipe import SpanPipe
         except ImportError as exc:
             if settings.otlp_endpoint is not None:
                 raise TracingUnavailable(
@@ -98,10 +100,9 @@ class Tracing:
             log.warning("OTEL_EXPORTER_OTLP_*ENDPOINT is set but %s; no traces", INSTALL_HINT)
             return False
         endpoint = None if settings.otlp_endpoint is None else traces_url(settings.otlp_endpoint)
-        exporter = OTLPSpanExporter(endpoint=endpoint, headers=dict(settings.headers) or None)
-        provider = spans.build_provider(exporter, settings.service_name, settings.sample_ratio)
-        self._provider = provider
-        self._tracer = provider.get_tracer("mendpoint")
+        self._pipe = SpanPipe(
+            endpoint, settings.headers, settings.service_name, settings.sample_ratio
+        )
         self._exchange = spans.ExchangeTrace
         self.on = True
         log.info("tracing on: spans exported over OTLP/HTTP to %s", endpoint or "OTEL_* endpoint")
@@ -109,11 +110,11 @@ class Tracing:
 
     def begin(self, request: web.Request) -> ExchangeTrace:
         """The spans of the exchange `request` starts (only while `on`)."""
-        assert self._tracer is not None and self._exchange is not None
+        assert self._pipe is not None and self._exchange is not None
         headers = request.headers
         version = request.version
         trace = self._exchange(
-            self._tracer,
+            self._pipe,
             request.method,
             request.rel_url.raw_path,
             request.scheme,
@@ -126,22 +127,22 @@ class Tracing:
         return trace
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> None:
-        """Flush what is queued within `wait_s`, then let the exporter go (its thread is a
-        daemon: a collector that hangs keeps nothing alive)."""
-        provider, self._provider = self._provider, None
-        self.on, self._tracer = False, None
-        if provider is None:
-            return
-        done = threading.Thread(target=provider.shutdown, name="mendpoint-trace-stop", daemon=True)
-        done.start()
-        done.join(wait_s)
-        if done.is_alive():
+        """Send what is buffered and let the exporter process finish within `wait_s`; one
+        held by a collector that hangs is killed then (its last spans lost, nothing held)."""
+        pipe, self._pipe = self._pipe, None
+        self.on = False
+        if pipe is not None and not pipe.stop(wait_s):
             log.warning("the trace collector did not take the last spans within %.0f s", wait_s)
 
+    @property
+    def exporter(self) -> SpanPipe | None:
+        """The pipe to the exporter process, while tracing is on."""
+        return self._pipe
+
     def force_flush(self, wait_s: float = STOP_WAIT_S) -> bool:
-        """Export what is queued now (tests, and `stop`)."""
-        provider = self._provider
-        return provider is None or provider.force_flush(int(wait_s * 1000))
+        """Send what is buffered now, and have the exporter export it (tests, and `stop`)."""
+        pipe = self._pipe
+        return pipe is None or pipe.force_flush(wait_s)
 
 
 TRACING = Tracing()
