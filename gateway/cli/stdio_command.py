@@ -1,4 +1,9 @@
-"""`mendpoint stdio`: the gateway between an MCP host and a stdio server it starts."""
+"""`mendpoint stdio`: the gateway between an MCP host and a stdio server it starts.
+
+The server is started the moment the command line is parsed, before the relay, the event loop
+or the config is imported (docs/performance.md#mcp-start-up): what is imported before it adds
+to every chat's start-up, what is imported after overlaps the server's own.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from gateway.cli.exits import EXIT_USAGE
-from gateway.config.relay_limits import RelayLimits, early_limits
-from gateway.failure import Mode
-from gateway.mcp.stdio_start import StdioConfig
-from gateway.mcp.stdio_start import run_stdio as serve_stdio
 
 if TYPE_CHECKING:
     from gateway.config.loaded import LoadedConfig
+    from gateway.mcp.stdio_start import StdioConfig
 
 
 def run_stdio(args: argparse.Namespace) -> int:
@@ -24,13 +26,25 @@ def run_stdio(args: argparse.Namespace) -> int:
     if args.grace is not None and not 0 < args.grace <= 86_400:
         print("mendpoint stdio: --grace must be above 0 and at most 86400", file=sys.stderr)
         return EXIT_USAGE
+    from gateway.mcp.spawn import Spawned
+
+    spawned = Spawned.spawn(command)
+    try:
+        from gateway.failure import Mode
+        from gateway.mcp.stdio_start import serve_stdio
+    except BaseException:
+        spawned.abandon()
+        raise
     path: str | None = args.config
-    return serve_stdio(lambda: read_config(path), command, Mode(args.mode), args.grace)
+    return serve_stdio(spawned, lambda: read_config(path), Mode(args.mode), args.grace)
 
 
 def read_config(path: str | None) -> StdioConfig:
-    """Run once the server has started (docs/performance.md#mcp-start-up): the file is read
-    and parsed here, the models and packs are loaded later, in a thread, from the same text."""
+    """Run once the server has started: the file is read and parsed here, the models and packs
+    are loaded later, in a thread, from the same text."""
+    from gateway.config.relay_limits import RelayLimits, early_limits
+    from gateway.mcp.stdio_start import StdioConfig
+
     if path is None:
         return StdioConfig(RelayLimits(), _embedded)
     from gateway.config.yamlsrc import read_yaml

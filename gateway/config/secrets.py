@@ -11,8 +11,11 @@ can be rotated without a window of refusals. Messages about a token never quote 
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ssl
 
 TOKEN_ENV = "MENDPOINT_RESOLVER_TOKEN_FILE"
 ADMIN_TOKEN_ENV = "MENDPOINT_ADMIN_TOKEN_FILE"
@@ -63,7 +66,7 @@ class TlsError(ValueError):
 def _loaded(what: str, load: Callable[[], None]) -> None:
     try:
         load()
-    except (OSError, ssl.SSLError) as exc:
+    except OSError as exc:  # ssl.SSLError is one
         reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
         raise TlsError(f"cannot load {what}: {reason}") from None
 
@@ -71,6 +74,8 @@ def _loaded(what: str, load: Callable[[], None]) -> None:
 def server_tls(cert_file: str, key_file: str, client_ca: str | None) -> ssl.SSLContext:
     """The resolver's side: serve `cert_file`; with `client_ca`, require a client certificate
     that it signed (mutual TLS)."""
+    import ssl  # here: the command line imports this module, and most commands serve no TLS
+
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     _loaded(
         f"--tls-cert/--tls-key {cert_file}", lambda: context.load_cert_chain(cert_file, key_file)

@@ -1,15 +1,15 @@
 """A stdio MCP server process, as both `mendpoint stdio` and the bridge run one.
 
-Started from an argv list (never a shell) in its own session, so the whole process group can
-be signalled: servers launched through `npx` or a shell script leave grandchildren that
-killing the direct child would orphan. stderr is drained continuously to ours, because a
-chatty server blocks once the pipe fills. Lines up to `limit` bytes are read whole (asyncio's
-64 KiB default breaks on real payloads); longer ones in pieces (`lines.Overlong`).
+Started by `spawn.Spawned` (an argv list, its own session, so the whole process group can be
+signalled). stderr is drained continuously to ours, because a chatty server blocks once the
+pipe fills. Lines up to `limit` bytes are read whole (asyncio's 64 KiB default breaks on real
+payloads); longer ones in pieces (`lines.Overlong`).
 
-Starting is two steps, `Spawned.spawn` and `attach`, so `mendpoint stdio` can start the server
-before it has read its config (which sets `limit`): the server's start-up and the gateway's
-overlap instead of adding up (docs/performance.md#mcp-start-up). Until `attach`, what the
-server writes waits in its stdout pipe.
+Starting is two steps, `Spawned.spawn` and `Child.attach`, so `mendpoint stdio` can start the
+server before it has imported the event loop or read its config (which sets `limit`): the
+server's start-up and the gateway's overlap instead of adding up
+(docs/performance.md#mcp-start-up). The server's exit is read by the event loop from a pidfd
+(Linux 5.3 and later; elsewhere a thread waits for it), as asyncio's own subprocesses are.
 """
 
 from __future__ import annotations
@@ -18,65 +18,68 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import sys
-from dataclasses import dataclass
+import threading
 
 from gateway.mcp.lines import Overlong, read_line
+from gateway.mcp.spawn import Spawned
 
 STDERR_LINGER_S = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class Spawned:
-    """A started server whose stdin and stdout the gateway has not begun to use yet."""
+class ServerProcess:
+    """A started server's process: its pid, its exit status once it has exited, signals."""
 
-    process: asyncio.subprocess.Process
-    stdin: int
-    stdout: int
-    """The gateway's ends of the two pipes, as file descriptors."""
+    def __init__(self, popen: subprocess.Popen[bytes], exited: asyncio.Future[int]) -> None:
+        self._popen = popen
+        self._exited = exited
 
     @classmethod
-    async def spawn(cls, argv: list[str]) -> Spawned:
-        """Launch `argv`; OSError when it cannot be started (missing, not executable)."""
-        to_child, stdin = os.pipe()
-        stdout, from_child = os.pipe()
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=to_child,
-                stdout=from_child,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-            )
-        except BaseException:
-            os.close(stdin)
-            os.close(stdout)
-            raise
-        finally:
-            os.close(to_child)  # the server holds these now
-            os.close(from_child)
-        return cls(process, stdin, stdout)
-
-    async def attach(self, limit: int) -> Child:
-        """The running server, its lines read up to `limit` bytes whole."""
+    def watch(cls, popen: subprocess.Popen[bytes]) -> ServerProcess:
+        """Have the running loop note `popen`'s exit (and reap it) when it happens."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=limit, loop=loop)
-        reading, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(self.stdout, "rb", 0)
-        )
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(self.stdin, "wb", 0)
-        )
-        writer = asyncio.StreamWriter(transport, protocol, None, loop)
-        return Child(self.process, writer, reader, limit, reading)
+        exited: asyncio.Future[int] = loop.create_future()
 
-    def abandon(self) -> None:
-        """Never attached (the config did not load): kill the server's group, close the pipes."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        for fd in (self.stdin, self.stdout):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        def reap() -> None:
+            status = popen.wait()  # it has exited: at once
+            if not exited.done():
+                exited.set_result(status)
+
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):  # no pidfd here: a thread waits instead
+            threading.Thread(
+                target=lambda: (popen.wait(), loop.call_soon_threadsafe(reap)),
+                name=f"wait-{popen.pid}",
+                daemon=True,
+            ).start()
+            return cls(popen, exited)
+
+        def readable() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            reap()
+
+        loop.add_reader(pidfd, readable)
+        return cls(popen, exited)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (-N when killed by signal N) once noted, else None."""
+        return self._exited.result() if self._exited.done() else None
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exited)
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the server itself, unless it has already been reaped."""
+        if not self._exited.done():
+            self._popen.send_signal(sig)
 
 
 class Child:
@@ -84,25 +87,47 @@ class Child:
 
     def __init__(
         self,
-        process: asyncio.subprocess.Process,
+        process: ServerProcess,
         stdin: asyncio.StreamWriter,
         stdout: asyncio.StreamReader,
         limit: int,
-        reading: asyncio.BaseTransport | None = None,
+        pipes: tuple[asyncio.BaseTransport, ...],
+        stderr: asyncio.StreamReader,
     ) -> None:
         self.process = process
         self.limit = limit
         self._stdin = stdin
         self._stdout = stdout
-        self._reading = reading
-        """The stdout pipe's transport: its own, not the subprocess transport's, so it is closed
-        here once the server is gone (uvloop refuses to close a loop with it still open)."""
-        self._stderr = asyncio.create_task(_drain(process.stderr))
+        self._pipes = pipes
+        """The read pipes' transports (stdout, stderr): closed here once the server is gone
+        (uvloop refuses to close a loop with one still open)."""
+        self._stderr = asyncio.create_task(_drain(stderr))
 
     @classmethod
     async def start(cls, argv: list[str], limit: int) -> Child:
         """Launch `argv`; OSError when it cannot be started (missing, not executable)."""
-        return await (await Spawned.spawn(argv)).attach(limit)
+        return await cls.attach(Spawned.spawn(argv), limit)
+
+    @classmethod
+    async def attach(cls, spawned: Spawned, limit: int) -> Child:
+        """The started server, its lines read up to `limit` bytes whole."""
+        loop = asyncio.get_running_loop()
+        process = ServerProcess.watch(spawned.process)
+        reader = asyncio.StreamReader(limit=limit, loop=loop)
+        reading, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+            os.fdopen(spawned.stdout, "rb", 0),
+        )
+        stderr = asyncio.StreamReader(loop=loop)
+        assert spawned.process.stderr is not None  # spawned with a pipe
+        erring, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stderr, loop=loop), spawned.process.stderr
+        )
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(spawned.stdin, "wb", 0)
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        return cls(process, writer, reader, limit, (reading, erring), stderr)
 
     @property
     def pid(self) -> int:
@@ -145,8 +170,8 @@ class Child:
         self.signal_group(signal.SIGKILL)
         status = await self.process.wait()
         await self.stop_draining()
-        if self._reading is not None:
-            self._reading.close()
+        for pipe in self._pipes:
+            pipe.close()
         return status
 
     async def stop_draining(self) -> None:

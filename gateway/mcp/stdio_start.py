@@ -2,7 +2,8 @@
 
 An MCP host starts a stdio server per chat and waits for its `initialize` answer, so what the
 gateway does before relaying is paid on every chat (docs/performance.md#mcp-start-up). The
-server is spawned first; then the config file is read as YAML only, enough for the two limits
+server is spawned first, by the command line before it imports this (`spawn.py`); then the
+config file is read as YAML only, enough for the two limits
 the relay needs (`config/relay_limits.py`), and the relay starts while a thread loads the
 rest (the models, the rule packs, the enrichment step). Only a response that may need
 upgrading waits for it. A config that does not load ends the relay and the server and raises
@@ -20,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from gateway.config.relay_limits import RelayLimits
 from gateway.failure import Mode
-from gateway.mcp.child import Spawned
+from gateway.mcp.child import Child
+from gateway.mcp.spawn import Spawned
 from gateway.mcp.stdio import StdioRelay
 
 if TYPE_CHECKING:
@@ -38,31 +40,31 @@ class StdioConfig:
     """The whole config; run in a thread, so it must not touch the event loop."""
 
 
-def run_stdio(
-    read: Callable[[], StdioConfig], argv: list[str], mode: Mode, grace_s: float | None = None
+def serve_stdio(
+    spawned: Spawned,
+    read: Callable[[], StdioConfig],
+    mode: Mode,
+    grace_s: float | None = None,
 ) -> int:
-    """Relay until the server exits; its status is ours. `read` runs once the server has
-    started, and raises `ConfigError` for a file that cannot be read or parsed."""
-    return asyncio.run(_main(read, argv, mode, grace_s))
-
-
-async def _main(
-    read: Callable[[], StdioConfig], argv: list[str], mode: Mode, grace_s: float | None
-) -> int:
-    spawned = await Spawned.spawn(argv)
+    """Relay to the started server until it exits; its status is ours. `read` runs first,
+    and raises `ConfigError` for a file that cannot be read or parsed."""
     try:
         config = read()
     except BaseException:
-        await _abandon(spawned)
+        spawned.abandon()
         raise
+    return asyncio.run(_main(spawned, config, mode, grace_s))
+
+
+async def _main(spawned: Spawned, config: StdioConfig, mode: Mode, grace_s: float | None) -> int:
     upgrader = asyncio.ensure_future(asyncio.to_thread(_upgrader, config.load))
     try:
         limits = config.limits or RelayLimits.of((await asyncio.shield(upgrader)).settings)
     except BaseException:
-        await _abandon(spawned)
+        spawned.abandon()
         await _closed(upgrader)
         raise
-    child = await spawned.attach(limits.max_message_bytes)
+    child = await Child.attach(spawned, limits.max_message_bytes)
     running = asyncio.ensure_future(StdioRelay(child, limits, upgrader, mode, grace_s).run())
     try:
         await asyncio.wait({running, upgrader}, return_when=FIRST_COMPLETED)
@@ -76,11 +78,6 @@ async def _main(
     if failed is not None:
         raise failed  # the config's ConfigError, even when the server had exited first
     return running.result()
-
-
-async def _abandon(spawned: Spawned) -> None:
-    spawned.abandon()
-    await spawned.process.wait()
 
 
 async def _closed(upgrader: asyncio.Future[Upgrader]) -> None:
