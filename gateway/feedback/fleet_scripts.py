@@ -16,6 +16,11 @@ its chain of failures began. Outcomes follow the table of gateway.feedback.follo
 - `gap`: an unmatched signature in a bounded top-N (space-saving).
 - `publish`: an event for the other replicas as it is (what a `tools/list` said of its tools'
   annotations, gateway.mcp.tool_hints), kept nowhere.
+
+They are sent as one script, `batch_script`: a process's queued writes go in one EVALSHA,
+each run in order inside Redis as a function of its own (its keys and arguments as they
+would be alone), isolated by `pcall`, the results answered as one JSON list. One command per
+batch, not one per write: redis-py's per-command cost is paid on the gateway's event loop.
 """
 
 from __future__ import annotations
@@ -182,3 +187,32 @@ return 1
 return redis.call('PUBLISH', KEYS[1], ARGV[1])
 """,
 }
+
+
+def batch_script(scripts: dict[str, str]) -> str:
+    """One script running a list of `[name, key count, arguments]` calls of `scripts` over
+    the keys they name in order; answers a JSON list, an error as `{"err": text}`."""
+    handlers = "".join(
+        f"handlers[{name!r}] = function(KEYS, ARGV)\n{text.strip()}\nend\n"
+        for name, text in scripts.items()
+    )
+    return (
+        "local handlers = {}\n"
+        + handlers
+        + """local plan = cjson.decode(ARGV[1])
+local out, at = {}, 0
+for i, call in ipairs(plan) do
+  local keys = {}
+  for j = 1, call[2] do keys[j] = KEYS[at + j] end
+  at = at + call[2]
+  local ok, result = pcall(handlers[call[1]], keys, call[3])
+  if not ok then
+    result = {err = type(result) == 'table' and tostring(result.err) or tostring(result)}
+  elseif result == nil then
+    result = false
+  end
+  out[i] = result
+end
+return cjson.encode(out)
+"""
+    )

@@ -3,9 +3,9 @@
 
 Nothing here runs on a request's critical path. The request path appends an `Operation` (a
 Lua script's keys and arguments, gateway.feedback.shared) to a bounded queue and returns; one
-task per process sends the queue in pipelines of EVALSHA calls, each pipeline bounded by
-`fleet.timeout_ms`. Another task holds the subscription to the events channel and hands each
-event of another process to a callback.
+task per process sends the queue in batches of up to `BATCH`, each one EVALSHA of the batch
+script, bounded by `fleet.timeout_ms`. Another task holds the subscription to the events
+channel and hands each event of another process to a callback.
 
 When Redis is slow or gone, a call past the timeout marks the store down: the request path
 is never touched; the queue keeps what it cannot send (at most `fleet.queue_max`, the oldest
@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.models import FleetSpec
+from gateway.feedback.fleet_scripts import batch_script
 from gateway.telemetry.metrics import STORE_DEGRADED, STORE_DROPPED, STORE_UP
 
 log = logging.getLogger("mendpoint.fleet")
 
 BATCH = 128
-"""Operations per pipeline: one round trip for a burst of failures."""
+"""Operations per batch: one command and one round trip for a burst of failures."""
 PROBE_S = 1.0
 WARN_EVERY_S = 60.0
 KEY_MARGIN_MS = 600_000
@@ -122,7 +123,8 @@ class FleetStore:
             decode_responses=True,
             **tls_arguments(spec),
         )
-        self._scripts = {name: (text, sha1_of(text)) for name, text in scripts.items()}
+        self._batch_text = batch_script(scripts)
+        self._batch_sha = sha1_of(self._batch_text)
         self._queue: deque[Operation] = deque()
         self._in_flight = 0
         self._wake = asyncio.Event()
@@ -206,32 +208,37 @@ class FleetStore:
                 operation.done(result)
 
     async def _run(self, batch: list[Operation]) -> list[Any]:
-        """One pipeline of EVALSHA calls; scripts the server does not hold (a restarted
-        Redis) are loaded and those calls sent again, once."""
-        from redis.exceptions import NoScriptError
-
-        results: list[Any] = await self.bounded(self._pipeline(batch).execute(raise_on_error=False))
-        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:
-            loading = self._redis.pipeline(transaction=False)
-            for text, _ in self._scripts.values():
-                loading.script_load(text)
-            await self.bounded(loading.execute())
-            again = [batch[i] for i in missing]
-            retried = await self.bounded(self._pipeline(again).execute(raise_on_error=False))
-            for index, result in zip(missing, retried, strict=True):
-                results[index] = result
-        for operation, result in zip(batch, results, strict=True):
-            if isinstance(result, Exception):
-                log.error("fleet store: %s failed: %s", operation.script, result)
+        """One EVALSHA of the batch script for the whole batch (gateway.feedback.fleet_scripts
+        .batch_script); a server without it (a restarted Redis) has it loaded and the call
+        sent again, once, within the same bound."""
+        keys: list[str] = []
+        plan: list[list[Any]] = []
+        for operation in batch:
+            plan.append([operation.script, len(operation.keys), list(operation.args)])
+            keys.extend(operation.keys)
+        raw = await self.bounded(self._batch(keys, json.dumps(plan)))
+        try:
+            answered = json.loads(raw)
+        except (TypeError, ValueError):
+            answered = None
+        if not isinstance(answered, list) or len(answered) != len(batch):
+            answered = [{"err": f"unreadable answer {str(raw)[:80]!r}"}] * len(batch)
+        results: list[Any] = []
+        for operation, result in zip(batch, answered, strict=True):
+            if isinstance(result, dict) and set(result) == {"err"}:
+                log.error("fleet store: %s failed: %s", operation.script, result["err"])
+                result = RuntimeError(str(result["err"]))
+            results.append(result)
         return results
 
-    def _pipeline(self, batch: list[Operation]) -> Any:
-        pipe = self._redis.pipeline(transaction=False)
-        for operation in batch:
-            sha = self._scripts[operation.script][1]
-            pipe.evalsha(sha, len(operation.keys), *operation.keys, *operation.args)
-        return pipe
+    async def _batch(self, keys: list[str], plan: str) -> Any:
+        from redis.exceptions import NoScriptError
+
+        try:
+            return await self._redis.evalsha(self._batch_sha, len(keys), *keys, plan)
+        except NoScriptError:
+            await self._redis.script_load(self._batch_text)
+            return await self._redis.evalsha(self._batch_sha, len(keys), *keys, plan)
 
     async def bounded(self, call: Any) -> Any:
         """One store call within the timeout, or StoreDown (the store is then marked down)."""
