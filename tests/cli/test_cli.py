@@ -29,6 +29,7 @@ from aiohttp import web
 from gateway.cli import main
 from tests.support.gateway import free_port
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 ROOT = REPO
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -418,7 +419,7 @@ async def _upstream_app() -> web.Application:
 
 
 async def _wait_listening(url: str, process: asyncio.subprocess.Process) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + patience(20)
     async with aiohttp.ClientSession() as session:
         while True:
             assert process.returncode is None, "serve exited before listening"

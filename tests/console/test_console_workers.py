@@ -35,6 +35,7 @@ from tests.support.agents import EXPECTED, orders_app, run_all
 from tests.support.browser import Browser, chromium
 from tests.support.gateway import StartUpstream, free_port
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
 WIDGETS = 24
@@ -122,7 +123,7 @@ async def fleet(start_upstream: StartUpstream, tmp_path: Path) -> AsyncIterator[
     )
     base = f"http://127.0.0.1:{admin}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + patience(60)
         while True:
             assert process.returncode is None, (tmp_path / "gateway.log").read_text()
             with contextlib.suppress(aiohttp.ClientConnectionError):
@@ -238,7 +239,7 @@ async def test_every_page_shows_the_workers_summed_figures_and_follows_a_reload(
     data["routes"][0]["mode"] = "original"
     await asyncio.to_thread(path.write_text, yaml.safe_dump(data, sort_keys=False))
     row = f'data-route="widgets-{fleet["tag"]}"'
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + patience(20)
     async with aiohttp.ClientSession() as session:
         while True:
             async with session.get(fleet["admin"] + "/ui/routes") as answer:

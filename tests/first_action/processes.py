@@ -19,6 +19,8 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.support.waits import patience
+
 STOP_GRACE_S = 2.0
 
 
@@ -85,7 +87,7 @@ class Group:
 async def wait_listening(
     name: str, process: asyncio.subprocess.Process, port: int, timeout_s: float, log: Path
 ) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while time.monotonic() < deadline:
         if process.returncode is not None:
             raise StartFailed(f"{name} exited with {process.returncode}: {tail(log)}")
@@ -103,7 +105,7 @@ async def wait_listening(
 
 async def wait_ready(name: str, port: int, path: str, timeout_s: float, log: Path) -> None:
     """A server that listens before it can answer (a database opening): GET until 2xx."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
             try:

@@ -30,6 +30,7 @@ from gateway.mcp.bridge_replicas import RECORD_TTL_S
 from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, free_port, sample
 from tests.support.mcp import INIT, INITIALIZED, call
 from tests.support.paths import MCP_SERVERS
+from tests.support.waits import patience
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]
 
@@ -119,7 +120,7 @@ async def until_announced(
     replicas: list[GatewayProcess], redis: RedisServer, timeout_s: float = 30
 ) -> None:
     """Until both replicas' owner records are in the store and their store reads up."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while True:
         records = await redis.command("KEYS", "{" + PREFIX + "}:relay:*")
         texts = [await r.metrics() for r in replicas]
@@ -201,7 +202,7 @@ async def test_a_session_opened_through_one_replica_is_used_and_deleted_through_
 
 
 async def until_gone(pid: int, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while True:
         try:
             os.kill(pid, 0)
@@ -331,7 +332,7 @@ async def test_an_owner_that_is_gone_is_a_404_within_a_bound(own_fleet: BridgeFl
 
 async def until_renewed(http: aiohttp.ClientSession, a: str, b: str, timeout_s: float = 30) -> None:
     """Until a session opened on the resumed owner is reachable through the other again."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while True:
         session_id = await open_session(http, a)
         status, _, _ = await post(http, b, call(4, "add", {"a": 1, "b": 1}), session_id)

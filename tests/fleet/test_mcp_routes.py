@@ -26,6 +26,7 @@ from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, free_po
 from tests.support.mcp import INIT, INITIALIZED, call
 from tests.support.paths import MCP_SERVERS
 from tests.support.upstreams import wait_listening
+from tests.support.waits import patience
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]
 
@@ -93,7 +94,7 @@ async def mcp_fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[M
 
 
 async def until_subscribed(replicas: list[GatewayProcess], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while True:
         texts = [await r.metrics() for r in replicas]
         if all(sample(t, "mendpoint_fleet_store_up") == 1 for t in texts):
@@ -170,7 +171,7 @@ async def test_tool_annotations_listed_through_one_replica_hold_on_the_other(
             http, a, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session_id
         )
         assert "read_report" in {tool["name"] for tool in listing["result"]["tools"]}
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patience(10)
         n = 3
         while True:
             answer, _ = await post(http, b, call(n, "read_report", {"day": "monday"}), session_id)

@@ -27,6 +27,7 @@ from tests.support.fleet import (
     sample,
 )
 from tests.support.gateway import StartGateway, route_config
+from tests.support.waits import patience
 
 # Two gateway processes and HAProxy start for each test: tens of seconds on a loaded machine.
 pytestmark = pytest.mark.timeout(240)
@@ -108,7 +109,7 @@ async def start_fleet(
 
 async def until_up(fleet: Fleet, up: float = 1.0, timeout_s: float = 20) -> None:
     """Until every replica's mendpoint_fleet_store_up reads `up`."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while True:
         texts = await fleet.metrics()
         if all(sample(t, "mendpoint_fleet_store_up") == up for t in texts):
@@ -217,7 +218,7 @@ async def alternating_agent(base_url: str) -> None:
 
 
 async def until_counts(replica: GatewayProcess, timeout_s: float = 10, **wanted: int) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while True:
         table = await replica.admin_json("/followups")
         row = counts_by_code(table["codes"])["BAD_REQUEST"]

@@ -21,6 +21,7 @@ from gateway.feedback.signatures import SignatureBook
 from gateway.feedback.store import FleetStore
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.fleet import RedisServer, free_port
+from tests.support.waits import patience
 
 WINDOW_S = 1.0
 Replica = tuple[FollowupBook, SharedTracking, SignatureBook]
@@ -31,7 +32,7 @@ def metric(name: str, **labels: str) -> float:
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while not check():
         assert time.monotonic() < deadline, "condition never held"
         await asyncio.sleep(0.01)

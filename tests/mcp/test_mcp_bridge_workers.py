@@ -29,6 +29,7 @@ from gateway.serve import workers
 from tests.support.gateway import free_port
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, REPO
+from tests.support.waits import patience
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
 
@@ -102,7 +103,7 @@ def read_log(log: Path) -> str:
 
 
 async def wait_ready(url: str, process: asyncio.subprocess.Process, log: Path) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patience(60)
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
             assert process.returncode is None, read_log(log)

@@ -18,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS
+from tests.support.waits import patience
 
 SERVERS = MCP_SERVERS
 BIN = SERVERS / "node_modules" / ".bin"
@@ -385,7 +386,7 @@ def answer_of(argv: list[str], messages: list[dict[str, Any]], wanted: int) -> d
         for message in messages:
             process.stdin.write(json.dumps(message).encode() + b"\n")
         process.stdin.flush()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + patience(60)
         while time.monotonic() < deadline:
             line = process.stdout.readline()
             assert line, "the server ended without answering"

@@ -24,6 +24,7 @@ from tests.support.gateway import (
     stop_process,
     wait_ready,
 )
+from tests.support.waits import patience
 
 
 def _dropped() -> float:
@@ -41,7 +42,7 @@ def test_a_stream_that_does_not_drain_never_blocks_a_line_and_a_full_queue_count
         # Nobody reads the pipe: the writer thread blocks on it once its 64 KiB fill up.
         for _ in range(200):
             writer.put(filler)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patience(10)
         while len(writer._lines) and time.monotonic() < deadline:
             time.sleep(0.01)  # the thread took what it could before blocking
         started = time.monotonic()

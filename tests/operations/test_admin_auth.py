@@ -33,6 +33,7 @@ from gateway.serve.admin import warn_if_exposed
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, free_port
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 TOKEN = "a1f0c3b2d4e6f8091a2b3c4d5e6f7081"
 SECOND = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -131,7 +132,7 @@ async def test_a_rotated_file_is_read_again_and_a_broken_one_keeps_the_last_toke
 ) -> None:
     _, admin, tokens = guarded
     tokens.write_text(f"{ROTATED}\n")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + patience(10)
     while await status_of(admin + "/metrics", ROTATED) != 200:  # re-read within a second
         assert time.monotonic() < deadline, "the rotated token was never accepted"
         await asyncio.sleep(0.1)
@@ -208,7 +209,7 @@ async def test_serve_with_admin_on_every_address_warns_once_at_start(
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience(30)
         while True:
             try:
                 if await status_of(f"http://127.0.0.1:{admin}/readyz") == 200:
@@ -281,7 +282,7 @@ async def test_the_supervisors_admin_listener_checks_the_token_too(
     )
     base = f"http://127.0.0.1:{admin}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience(30)
         while True:
             try:
                 if await status_of(base + "/readyz") == 200:

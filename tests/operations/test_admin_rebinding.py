@@ -28,6 +28,7 @@ from gateway.serve import workers
 from gateway.serve.admin_guard import answered_host
 from tests.support.gateway import StartGateway, StartUpstream, free_port
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 GUARDED = ("/metrics", "/gaps", "/followups", "/ui", "/ui/static/console.css", "/no-such-path")
 PROBES = ("/healthz", "/readyz")
@@ -176,7 +177,7 @@ async def test_the_supervisors_admin_listener_refuses_a_foreign_host_too(
     )
     base = f"http://127.0.0.1:{admin}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience(30)
         while True:
             try:
                 if (await status_of(base + "/readyz", None))[0] == 200:

@@ -24,6 +24,7 @@ from aiohttp import web
 from gateway.serve import workers
 from tests.support.gateway import StartGateway, StartUpstream, free_port, route_config
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 
 def has_ipv6_loopback() -> bool:
@@ -78,7 +79,7 @@ def text_of(log: Path) -> str:
 
 
 async def wait_for(url: str, process: asyncio.subprocess.Process, log: Path) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(30)
     while time.monotonic() < deadline:
         assert process.returncode is None, text_of(log)
         try:

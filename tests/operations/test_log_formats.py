@@ -23,6 +23,7 @@ from yarl import URL
 
 from tests.support.gateway import StartUpstream, free_port
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 # (request id, target): a success, an upstream failure, a refusal whose path holds a decoded
 # CR/LF and a forged log line, and a path with a space, a quote and an equals sign.
@@ -69,7 +70,7 @@ async def access_log(upstream: str, log_format: str) -> str:
     )
     try:
         async with aiohttp.ClientSession() as session:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + patience(20)
             while True:
                 try:
                     async with session.get(f"http://127.0.0.1:{admin}/readyz") as ready:

@@ -36,6 +36,7 @@ from gateway.telemetry.multiprocess import retire_worker
 from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
 from tests.support.gateway import StartUpstream, free_port
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 ROOT = REPO
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
@@ -134,7 +135,7 @@ async def readyz(gateway: Gateway) -> tuple[int, dict[str, Any]]:
 
 
 async def wait_ready(gateway: Gateway, timeout_s: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while time.monotonic() < deadline:
         assert gateway.process.returncode is None, gateway.log_text()
         with contextlib.suppress(aiohttp.ClientConnectionError):
@@ -191,7 +192,7 @@ def alive(pid: int) -> bool:
 
 
 async def wait_gone(pids: list[int], timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while any(alive(p) for p in pids):
         assert time.monotonic() < deadline, [p for p in pids if alive(p)]
         await asyncio.sleep(0.05)
@@ -353,7 +354,7 @@ async def test_sighup_reaches_every_worker_and_sigterm_drains_them(
     (gateway.log.parent / "gateway.yaml").write_text(yaml.safe_dump(data))
     assert gateway.process.pid is not None
     gateway.process.send_signal(signal.SIGHUP)
-    deadline, in_a_row = time.monotonic() + 15, 0
+    deadline, in_a_row = time.monotonic() + patience(15), 0
     while in_a_row < 24:  # a worker left on the old config would show within a few of these
         assert time.monotonic() < deadline, "SIGHUP did not reach every worker"
         _, body = await fresh_get(gateway.base + "/a")
@@ -393,7 +394,7 @@ async def test_a_killed_worker_is_replaced_and_a_killed_supervisor_leaves_none(
 
     victim = before["workers"][0]["pid"]
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + patience(20)
     while True:
         assert time.monotonic() < deadline, gateway.log_text()
         status, after = await readyz(gateway)

@@ -24,6 +24,7 @@ from gateway.telemetry.tracing import TRACING
 from tests.support.gateway import StartGateway, StartUpstream
 from tests.support.otlp import SERVER, OtlpReceiver, flushed
 from tests.support.paths import REPO
+from tests.support.waits import patience
 
 
 def ok_app() -> web.Application:
@@ -103,7 +104,7 @@ time.sleep(60)
         gateway.wait()
         if gateway.stdout is not None:
             gateway.stdout.close()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + patience(15)
     while _alive(exporter):
         assert time.monotonic() < deadline, "the exporter outlived its gateway"
         time.sleep(0.05)
