@@ -22,11 +22,15 @@ import pytest
 import pytest_asyncio
 from mcp import Client
 
+from gateway.feedback.store import Keys
 from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, free_port, sample
 from tests.support.mcp import INIT, INITIALIZED, call
 from tests.support.paths import MCP_SERVERS
 from tests.support.upstreams import wait_listening
 from tests.support.waits import patience
+
+PREFIX = "mcp-routes-test"
+EVENTS = Keys(PREFIX).events
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]
 
@@ -52,7 +56,7 @@ def replica_config(upstream: str, redis: str) -> dict[str, Any]:
                 "upstream": upstream,
             },
         ],
-        "fleet": {"redis": redis, "key_prefix": "mcp-routes-test"},
+        "fleet": {"redis": redis, "key_prefix": PREFIX},
         "log": {"access": False},
         "shutdown": {"drain_delay_s": 0, "grace_s": 3},
     }
@@ -81,7 +85,7 @@ async def mcp_fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[M
         upstream = f"http://127.0.0.1:{port}"
         await asyncio.gather(*(r.start(replica_config(upstream, redis.url)) for r in replicas))
         await front.start()
-        await until_subscribed(replicas)
+        await until_subscribed(replicas, redis)
         yield McpFleet(replicas, front)
     finally:
         await front.stop()
@@ -93,11 +97,16 @@ async def mcp_fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[M
         await redis.stop()
 
 
-async def until_subscribed(replicas: list[GatewayProcess], timeout_s: float = 30) -> None:
+async def until_subscribed(
+    replicas: list[GatewayProcess], redis: RedisServer, timeout_s: float = 30
+) -> None:
+    """Up is not yet listening: what one replica publishes before another has subscribed
+    to the events channel is not heard there (a module's first test met that under xdist)."""
     deadline = time.monotonic() + patience(timeout_s)
     while True:
         texts = [await r.metrics() for r in replicas]
-        if all(sample(t, "mendpoint_fleet_store_up") == 1 for t in texts):
+        up = all(sample(t, "mendpoint_fleet_store_up") == 1 for t in texts)
+        if up and await redis.subscribers(EVENTS) >= len(replicas):
             return
         assert time.monotonic() < deadline, "the replicas never reached the store"
         await asyncio.sleep(0.1)

@@ -100,6 +100,18 @@ class RedisServer:
         finally:
             writer.close()
 
+    async def subscribers(self, channel: str) -> int:
+        """How many connections listen on `channel` now (PUBSUB NUMSUB's count)."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            data = channel.encode()
+            writer.write(b"*3\r\n$6\r\nPUBSUB\r\n$6\r\nNUMSUB\r\n$%d\r\n%s\r\n" % (len(data), data))
+            for _ in range(3):  # *2, $len, the channel's name
+                await reader.readline()
+            return int((await reader.readline()).strip().lstrip(b":"))
+        finally:
+            writer.close()
+
 
 @dataclass
 class GatewayProcess:
