@@ -40,14 +40,35 @@ def call(n: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def exchange(argv: list[str], messages: list[dict[str, Any]]) -> dict[Any, bytes]:
-    """Send the messages as lines, close stdin, return each response line by its id."""
-    lines = b"".join(json.dumps(m).encode() + b"\n" for m in messages)
-    done = subprocess.run(argv, input=lines, capture_output=True, timeout=60, check=False)
+    """Send the messages as lines, keep stdin open until every request is answered (as a
+    host does), then close it; return each response line by its id. Closing stdin at once
+    races the server: the SDK's stdio server that sees the end of its input may exit before
+    answering (1 run in 6 direct), and the gateway then answers MCP_SERVER_EXITED."""
+    wanted = {m["id"] for m in messages if "method" in m and "id" in m}
+    process = subprocess.Popen(argv, stdin=PIPE, stdout=PIPE, stderr=subprocess.DEVNULL)
+    assert process.stdin is not None and process.stdout is not None
     out: dict[Any, bytes] = {}
-    for line in done.stdout.splitlines():
+
+    def keep(line: bytes) -> None:
         message = json.loads(line)
         if "id" in message:
-            out[message["id"]] = line
+            out[message["id"]] = line.rstrip(b"\n")
+
+    try:
+        process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+        process.stdin.flush()
+        while not wanted <= out.keys():
+            line = process.stdout.readline()
+            if not line:
+                break
+            keep(line)
+        rest, _ = process.communicate(timeout=patience(60))
+        for line in rest.splitlines():
+            keep(line)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     return out
 
 
