@@ -19,12 +19,10 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import yaml
 from aiohttp import web
 
@@ -38,7 +36,7 @@ from tests.support.agents import (
     retry_everything,
     run_all,
 )
-from tests.support.browser import Browser, chromium
+from tests.support.browser import Browser
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.paths import REPO
 
@@ -48,15 +46,6 @@ XSS_TEXTAREA = "</textarea><script>window.__xss = 3</script>"
 TOKEN = "c0ffee00c0ffee00c0ffee00c0ffee00"
 SHOTS = os.environ.get("MENDPOINT_CONSOLE_SHOTS")
 DURATION = re.compile(rb'"duration_ms": \d+')
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
-    try:
-        yield Browser(driver)
-    finally:
-        driver.quit()
 
 
 async def shot(browser: Browser, name: str, at: str | None = None) -> None:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +32,13 @@ from prometheus_client.mmap_dict import MmapedDict
 
 from gateway.serve import workers
 from tests.support.agents import EXPECTED, orders_app, run_all
-from tests.support.browser import Browser, chromium
+from tests.support.browser import Browser
 from tests.support.gateway import StartUpstream, free_port
 from tests.support.paths import REPO
 from tests.support.waits import patience
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
 WIDGETS = 24
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
-    try:
-        yield Browser(driver)
-    finally:
-        driver.quit()
 
 
 def widgets_app() -> web.Application:
