@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -86,13 +87,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    # "auto" is what the gateway does (gateway/serve/process_tuning.py): uvloop when installed,
+    # so the two are compared on the same loop whether or not bench/setup.sh has run.
+    parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto")
     parser.add_argument("--access-log", action="store_true")
     parser.add_argument(
         "--buffer-small", action="store_true", help="answer small known-length bodies whole"
     )
     args = parser.parse_args()
-    if args.loop == "uvloop":
+    if args.loop == "uvloop" or (args.loop == "auto" and importlib.util.find_spec("uvloop")):
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
