@@ -37,7 +37,7 @@ from typing import Any
 from bench import fixtures, harness
 from bench.baseline import Baseline, base_name
 from bench.mcp_server import PATH, PROTOCOL_VERSION, TOOL, enoent, missing_path, ok_path
-from bench.upstream import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "bench" / "mcp_server.py"

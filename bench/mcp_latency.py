@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 
 from bench.mcp_server import PATH, PROTOCOL_VERSION, TOOL, missing_path, ok_path
-from bench.upstream import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, str(ROOT / "bench" / "mcp_server.py")]

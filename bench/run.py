@@ -38,7 +38,8 @@ from bench.systems import (
     systems,
 )
 from bench.systems import WORKLOADS as ALL_WORKLOADS
-from bench.upstream import Nginx, OtlpSink, free_port
+from bench.upstream import Nginx, OtlpSink
+from tests.support.ports import free_port
 
 # What --workloads can name beside the load workloads: the rule microbenchmark and the MCP
 # start-up and per-call latency rows (bench/rules_scaling.py, bench/mcp_latency.py).

@@ -19,7 +19,7 @@ from pathlib import Path
 from bench import fixtures, mcp_bench, mcp_server
 from bench.baseline import Baseline, base_name
 from bench.harness import Reply
-from bench.upstream import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MITMDUMP = ROOT / ".venv" / "bench-mitm" / "bin" / "mitmdump"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -69,13 +68,6 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
     return out
-
-
-def free_port() -> int:
-    """A port nothing listens on now (also used as the dead upstream for transport failures)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class OtlpSink:

@@ -14,7 +14,8 @@ import pytest
 from bench import fixtures, harness, report
 from bench.run import _verify
 from bench.systems import WORKLOADS, applies, systems
-from bench.upstream import Nginx, free_port
+from bench.upstream import Nginx
+from tests.support.ports import free_port
 
 MIX = next(w for w in WORKLOADS if w.name == "mix-32")
 

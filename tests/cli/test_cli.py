@@ -27,8 +27,8 @@ import pytest
 from aiohttp import web
 
 from gateway.cli import main
-from tests.support.gateway import free_port
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 ROOT = REPO

@@ -33,8 +33,9 @@ from prometheus_client.mmap_dict import MmapedDict
 from gateway.serve import workers
 from tests.support.agents import EXPECTED, orders_app, run_all
 from tests.support.browser import Browser
-from tests.support.gateway import StartUpstream, free_port
+from tests.support.gateway import StartUpstream
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")

@@ -17,8 +17,8 @@ import pytest
 
 from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.models import GatewayConfig
-from tests.support.gateway import free_port
 from tests.support.paths import DOCS, REPO
+from tests.support.ports import free_port
 
 # Ports a host that runs a metrics or mesh stack is likely to have taken already: Prometheus
 # and its Pushgateway/Alertmanager (9090-9094), the exporter allocations (9100-9999),

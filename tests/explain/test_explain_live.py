@@ -27,7 +27,8 @@ from gateway.failure import Mode, TransportKind
 from gateway.mcp.rewrite import TOOL_FAILURE_KEY
 from gateway.offline.explain import Answer, Sample, explain
 from gateway.offline.fixtures import FixtureCase, load_fixtures, sample_of
-from tests.support.gateway import RunningGateway, StartGateway, StartRaw, free_port
+from tests.support.gateway import RunningGateway, StartGateway, StartRaw
+from tests.support.ports import free_port
 
 CASES = [
     (pack, case)

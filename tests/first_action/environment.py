@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from tests.first_action.model import HELD_OUT_NODE_DIR, NODE_DIR, STACKS_DIR, Places
-from tests.first_action.processes import closed_port, free_port
+from tests.first_action.processes import closed_port
 from tests.support.paths import MCP_SERVERS, REPO
+from tests.support.ports import free_port
 
 VENV_HTTP = REPO / ".venv" / "corpus-http"
 VENV_MCP = REPO / ".venv" / "corpus-mcp"

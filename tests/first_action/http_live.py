@@ -28,8 +28,9 @@ from tests.first_action.agent import normalised, read_http
 from tests.first_action.environment import MENDPOINT, places, run_base
 from tests.first_action.model import STACKS_DIR, HttpScenario, HttpStack, Places, RequestSpec
 from tests.first_action.outcome import Answer, Outcome
-from tests.first_action.processes import Group, StartFailed, free_port, group, run_command
+from tests.first_action.processes import Group, StartFailed, group, run_command
 from tests.support.differential import INTENDED
+from tests.support.ports import free_port
 
 REQUEST_TIMEOUT_S = 30.0
 SCENARIO_HEADER = "X-Corpus-Scenario"

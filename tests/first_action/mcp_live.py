@@ -25,7 +25,8 @@ from tests.first_action.http_live import in_body
 from tests.first_action.mcp_client import INITIALIZED, HttpPeer, Peer, StdioPeer, initialize
 from tests.first_action.model import McpCall, McpServer, Places
 from tests.first_action.outcome import Outcome
-from tests.first_action.processes import Group, StartFailed, free_port, group, run_command
+from tests.first_action.processes import Group, StartFailed, group, run_command
+from tests.support.ports import free_port
 
 FIRST_CALL_ID = 2
 

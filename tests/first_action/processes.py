@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 STOP_GRACE_S = 2.0
@@ -26,13 +26,6 @@ STOP_GRACE_S = 2.0
 
 class StartFailed(Exception):
     """A process exited or never listened; the message carries its log's tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def closed_port() -> int:

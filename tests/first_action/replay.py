@@ -40,8 +40,9 @@ from tests.first_action.model import (
     load_mcp_servers,
 )
 from tests.first_action.outcome import Answer, Outcome
-from tests.first_action.processes import free_port, group
+from tests.first_action.processes import group
 from tests.first_action.score import Report
+from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 HTTP_AT_ONCE = 8  # recorded answers do not depend on each other: a few in flight at once

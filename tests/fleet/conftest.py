@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fleet import RedisServer, free_port
+from tests.support.fleet import RedisServer
+from tests.support.ports import free_port
 
 
 @pytest.fixture

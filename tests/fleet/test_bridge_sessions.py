@@ -27,9 +27,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.config.session_keys import SessionKeys, relay_fields
 from gateway.mcp.bridge_replicas import RECORD_TTL_S
-from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, free_port, sample
+from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, sample
 from tests.support.mcp import INIT, INITIALIZED, call
 from tests.support.paths import MCP_SERVERS
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]

@@ -23,9 +23,10 @@ import pytest_asyncio
 from mcp import Client
 
 from gateway.feedback.store import Keys
-from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, free_port, sample
+from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, sample
 from tests.support.mcp import INIT, INITIALIZED, call
 from tests.support.paths import MCP_SERVERS
+from tests.support.ports import free_port
 from tests.support.upstreams import wait_listening
 from tests.support.waits import patience
 

@@ -19,14 +19,9 @@ from aiohttp import web
 
 from gateway.cli import main
 from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
-from tests.support.fleet import (
-    GatewayProcess,
-    RedisServer,
-    RoundRobin,
-    free_port,
-    sample,
-)
+from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, sample
 from tests.support.gateway import StartGateway, route_config
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 # Two gateway processes and HAProxy start for each test: tens of seconds on a loaded machine.

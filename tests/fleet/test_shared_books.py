@@ -20,7 +20,8 @@ from gateway.feedback.shared import OUTCOMES, SharedTracking
 from gateway.feedback.signatures import SignatureBook
 from gateway.feedback.store import FleetStore
 from gateway.telemetry.metrics import REGISTRY
-from tests.support.fleet import RedisServer, free_port
+from tests.support.fleet import RedisServer
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 WINDOW_S = 1.0

@@ -28,10 +28,10 @@ from tests.support.gateway import (
     RunningGateway,
     StartGateway,
     StartUpstream,
-    free_port,
     route_config,
     write_config,
 )
+from tests.support.ports import free_port
 
 WINDOW_S = 2.0
 

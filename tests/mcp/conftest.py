@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.gateway import free_port
 from tests.support.paths import MCP_SERVERS
+from tests.support.ports import free_port
 from tests.support.upstreams import serving
 
 SDK_SERVER = MCP_SERVERS / "sdk_server.py"

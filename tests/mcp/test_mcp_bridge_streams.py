@@ -21,9 +21,10 @@ from mcp import Client, MCPError, types
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
 
-from tests.support.gateway import StartGateway, free_port
+from tests.support.gateway import StartGateway
 from tests.support.mcp import RawSession, bridge_config, call
 from tests.support.paths import MCP_SERVERS
+from tests.support.ports import free_port
 from tests.support.upstreams import wait_listening
 
 SERVER = MCP_SERVERS / "conversation_server.py"

@@ -26,9 +26,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.config.trust import from_sibling
 from gateway.serve import workers
-from tests.support.gateway import free_port
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")

@@ -24,8 +24,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from pydantic import AnyUrl
 
-from tests.support.gateway import StartGateway, free_port, route_config
+from tests.support.gateway import StartGateway, route_config
 from tests.support.paths import MCP_SERVERS
+from tests.support.ports import free_port
 from tests.support.upstreams import wait_listening
 
 CALLBACK = "http://127.0.0.1:1/callback"  # never visited: the redirect is read, not followed

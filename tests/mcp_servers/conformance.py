@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.serve.app import GatewayServer
+from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "node_modules" / ".bin"
@@ -55,13 +55,6 @@ def node_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{NODE_BIN}{os.pathsep}{env.get('PATH', '')}"
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def wait_listening(port: int) -> None:

@@ -18,12 +18,12 @@ from gateway.telemetry.access_writer import AccessWriter
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import (
     StartUpstream,
-    free_port,
     slow_gone_app,
     start_process,
     stop_process,
     wait_ready,
 )
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 

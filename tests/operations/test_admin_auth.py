@@ -31,8 +31,9 @@ from gateway.resolve.auth import TokenFile
 from gateway.serve import workers
 from gateway.serve.admin import warn_if_exposed
 from gateway.telemetry.metrics import REGISTRY
-from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, free_port
+from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 TOKEN = "a1f0c3b2d4e6f8091a2b3c4d5e6f7081"

@@ -26,8 +26,9 @@ from gateway.config.loader import load_config
 from gateway.config.secrets import ADMIN_TOKEN_ENV
 from gateway.serve import workers
 from gateway.serve.admin_guard import answered_host
-from tests.support.gateway import StartGateway, StartUpstream, free_port
+from tests.support.gateway import StartGateway, StartUpstream
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 GUARDED = ("/metrics", "/gaps", "/followups", "/ui", "/ui/static/console.css", "/no-such-path")

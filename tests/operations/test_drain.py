@@ -26,9 +26,10 @@ import pytest
 import yaml
 from aiohttp import web
 
-from tests.support.gateway import StartUpstream, free_port, start_process, wait_ready
+from tests.support.gateway import StartUpstream, start_process, wait_ready
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS
+from tests.support.ports import free_port
 
 DRAIN_S, GRACE_S = 0.3, 1.5
 # What the process may take past drain + grace to close what is left and exit: a busy

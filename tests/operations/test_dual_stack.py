@@ -22,8 +22,9 @@ import yaml
 from aiohttp import web
 
 from gateway.serve import workers
-from tests.support.gateway import StartGateway, StartUpstream, free_port, route_config
+from tests.support.gateway import StartGateway, StartUpstream, route_config
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 

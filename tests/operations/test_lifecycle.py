@@ -15,12 +15,12 @@ from aiohttp import web
 
 from tests.support.gateway import (
     StartUpstream,
-    free_port,
     slow_gone_app,
     start_process,
     stop_process,
     wait_ready,
 )
+from tests.support.ports import free_port
 
 
 async def test_environment_overrides_configure_the_embedded_gateway(

@@ -21,8 +21,9 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from tests.support.gateway import StartUpstream, free_port
+from tests.support.gateway import StartUpstream
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 # (request id, target): a success, an upstream failure, a refusal whose path holds a decoded

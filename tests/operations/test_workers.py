@@ -34,8 +34,9 @@ from gateway.cli import main
 from gateway.serve import worker_process, workers
 from gateway.telemetry.multiprocess import retire_worker
 from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
-from tests.support.gateway import StartUpstream, free_port
+from tests.support.gateway import StartUpstream
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 ROOT = REPO

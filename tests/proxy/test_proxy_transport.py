@@ -30,6 +30,7 @@ from tests.support.gateway import (
     StartUpstream,
     route_config,
 )
+from tests.support.ports import free_port
 
 REQUEST_ID = "rid-transport"
 ENVELOPE_KEYS = {"ok", "data", "error", "failure", "recovery", "warnings", "meta"}
@@ -72,10 +73,7 @@ async def fetch(gateway: RunningGateway, method: str, path: str = "/thing") -> R
 
 def closed_port() -> int:
     """A loopback port with nothing listening on it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return free_port()
 
 
 def check_synthesised(

@@ -16,8 +16,8 @@ import pytest
 
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_catalog, load_config
-from tests.support.gateway import free_port
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 
 ROOT = REPO
 EXAMPLE = ROOT / "examples" / "gateway.yaml"

@@ -29,8 +29,9 @@ from gateway.cli import main
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
 from gateway.config.secrets import TOKEN_ENV
-from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, free_port
+from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.recovery import CSV_RULE, csv_failing_upstream
 
 TOKEN = "4f6c1a0e9b2d7c3e8a5f1b0c6d2e9a7f"

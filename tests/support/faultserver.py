@@ -19,6 +19,8 @@ import struct
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
+from tests.support.ports import free_port
+
 Fault = Callable[[asyncio.StreamWriter], Awaitable[None]]
 
 DRIP_INTERVAL_S = 0.3
@@ -262,7 +264,4 @@ async def _skip_body(reader: asyncio.StreamReader, head: bytes) -> None:
 
 def closed_port_url() -> str:
     """A loopback URL with nothing listening: connecting to it is refused."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"

@@ -20,7 +20,6 @@ import aiohttp
 import yaml
 
 from examples.fleet_demo import HAPROXY
-from tests.support.gateway import free_port
 from tests.support.waits import patience
 
 REPO = Path(__file__).resolve().parents[2]
@@ -242,4 +241,4 @@ def sample(text: str, name: str, **labels: str) -> float:
     return total
 
 
-__all__ = ["GatewayProcess", "RedisServer", "RoundRobin", "free_port", "program", "sample"]
+__all__ = ["GatewayProcess", "RedisServer", "RoundRobin", "program", "sample"]

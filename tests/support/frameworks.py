@@ -23,8 +23,9 @@ import aiohttp
 from gateway.classify.redact import Redactor
 from gateway.config.models import RedactionSpec
 from gateway.text.json_text import Raw
-from tests.support.gateway import RunningGateway, free_port
+from tests.support.gateway import RunningGateway
 from tests.support.paths import FRAMEWORKS
+from tests.support.ports import free_port
 from tests.support.waits import patience
 
 START_TIMEOUT_S = 30.0

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -33,14 +32,6 @@ class RunningGateway:
 
     async def request(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         return await self.session.request(method, self.url + path, **kwargs)
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (for gateways started as subprocesses)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def start_process(

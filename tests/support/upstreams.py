@@ -14,8 +14,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from tests.support.gateway import free_port
 from tests.support.paths import MCP_SERVERS, REPO
+from tests.support.ports import free_port
 from tests.support.system import system_program
 from tests.support.waits import patience
 
