@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
+
 if TYPE_CHECKING:
     from gateway.telemetry.spans import ExchangeTrace
 
@@ -48,11 +50,21 @@ class Stamp:
         return self.text(created, int((created - int(created)) * 1000))
 
 
+_ORJSON_AS_JSON = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+"""What orjson would write otherwise than `json.dumps(default=str)` goes to `default=str`."""
+
+
 def json_line(stamp: str, level: str, logger: str, msg: str, fields: object) -> str:
+    """One JSON object, as `json.dumps` writes it compactly (tests/telemetry/test_log_lines):
+    orjson takes 0.6 µs where json takes 7 for an access line (docs/performance.md#the-access-log);
+    what it refuses (a lone surrogate, an integer past 64 bits) json writes as before."""
     payload: dict[str, Any] = {"ts": stamp, "level": level.lower(), "logger": logger, "msg": msg}
     if isinstance(fields, dict):
         payload.update(fields)
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    try:
+        return orjson.dumps(payload, default=str, option=_ORJSON_AS_JSON).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def text_line(stamp: str, level: str, logger: str, msg: str, fields: object) -> str:
