@@ -77,6 +77,13 @@ async def test_a_stopped_exporter_drops_spans_and_holds_no_request(
         kept = {s.attributes["url.path"] for s in receiver.by_kind(SERVER)}
         assert "/stopped/0" in kept  # what the pipe held while the exporter was stopped
         assert pipe.dropped + 2 * len(kept) <= 800 + 2  # the rest dropped, not queued forever
+        async with gateway.session.get(f"{gateway.url}/after") as r:  # resumed: spans flow again
+            assert r.status == 200
+        deadline = time.monotonic() + 10
+        while "/after" not in {s.attributes["url.path"] for s in receiver.by_kind(SERVER)}:
+            assert time.monotonic() < deadline, "no span after the exporter resumed"
+            await flushed(receiver, 1)
+            await asyncio.sleep(0.1)
     finally:
         await asyncio.to_thread(TRACING.stop)
         await receiver.close()
