@@ -11,11 +11,8 @@ every page must show their sum.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -33,7 +30,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from gateway.serve import workers
 from tests.support.agents import EXPECTED, orders_app, run_all
 from tests.support.browser import Browser
-from tests.support.gateway import StartUpstream
+from tests.support.gateway import StartUpstream, supervised
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.waits import patience
@@ -104,47 +101,16 @@ async def fleet(start_upstream: StartUpstream, tmp_path: Path) -> AsyncIterator[
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    log = (tmp_path / "gateway.log").open("ab")
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "serve", "--config", str(path), "--workers", "2"),
-        cwd=REPO,
-        env={**os.environ, "TMPDIR": str(tmp)},  # where the supervisor keeps the workers' files
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{admin}"
-    try:
-        deadline = time.monotonic() + patience(60)
-        while True:
-            assert process.returncode is None, (tmp_path / "gateway.log").read_text()
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with (
-                    aiohttp.ClientSession() as session,
-                    session.get(base + "/readyz") as answer,
-                ):
-                    if answer.status == 200:
-                        break
-            assert time.monotonic() < deadline, (tmp_path / "gateway.log").read_text()
-            await asyncio.sleep(0.05)
+    async with supervised(path, f"127.0.0.1:{admin}", tmp, ready_s=60):
         (metrics_dir,) = tmp.glob("mendpoint-metrics-*")
         yield {
             "tag": tag,
             "url": f"http://127.0.0.1:{port}",
-            "admin": base,
+            "admin": f"http://127.0.0.1:{admin}",
             "config": path,
             "metrics": metrics_dir,
             "captures": tmp_path / "captures",
         }
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(process.wait(), 20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        log.close()
 
 
 async def test_every_page_shows_the_workers_summed_figures_and_follows_a_reload(

@@ -9,9 +9,7 @@ import contextlib
 import hashlib
 import json
 import os
-import signal
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,10 +24,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.config.trust import from_sibling
 from gateway.serve import workers
+from tests.support.gateway import supervised
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, REPO
 from tests.support.ports import free_port
-from tests.support.waits import patience
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
 
@@ -72,47 +70,9 @@ async def serve(tmp_path: Path, command: list[str], more: dict[str, Any]) -> Asy
     }
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    log = (tmp_path / "gateway.log").open("ab")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        "serve",
-        "--config",
-        str(path),
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        await wait_ready(f"http://127.0.0.1:{admin}/readyz", process, tmp_path / "gateway.log")
+    environ = {**os.environ, "PYTHONPATH": str(REPO)}
+    async with supervised(path, f"127.0.0.1:{admin}", None, environ, ready_s=60, workers=None):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            await asyncio.wait_for(process.wait(), 20)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-        log.close()
-
-
-def read_log(log: Path) -> str:
-    return log.read_text(errors="replace")
-
-
-async def wait_ready(url: str, process: asyncio.subprocess.Process, log: Path) -> None:
-    deadline = time.monotonic() + patience(60)
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            assert process.returncode is None, read_log(log)
-            with contextlib.suppress(aiohttp.ClientError):
-                async with session.get(url) as answer:
-                    if answer.status == 200:  # the supervisor: every worker is ready
-                        return
-            await asyncio.sleep(0.2)
-    raise AssertionError("the workers did not become ready: " + read_log(log))
 
 
 async def post(

@@ -31,7 +31,7 @@ from gateway.resolve.auth import TokenFile
 from gateway.serve import workers
 from gateway.serve.admin import warn_if_exposed
 from gateway.telemetry.metrics import REGISTRY
-from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
+from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, supervised
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.waits import patience
@@ -272,30 +272,9 @@ async def test_the_supervisors_admin_listener_checks_the_token_too(
             "routes": [{"name": "api", "upstream": upstream}],
         },
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *("-m", "gateway", "serve", "--config", str(config), "--workers", "2"),
-        cwd=REPO,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
     base = f"http://127.0.0.1:{admin}"
-    try:
-        deadline = time.monotonic() + patience(30)
-        while True:
-            try:
-                if await status_of(base + "/readyz") == 200:
-                    break
-            except aiohttp.ClientConnectionError:
-                pass
-            assert time.monotonic() < deadline and process.returncode is None
-            await asyncio.sleep(0.05)
+    async with supervised(config, f"127.0.0.1:{admin}", tmp_path):
         assert await status_of(base + "/metrics") == 401
         assert await status_of(base + "/gaps", "not-the-token-0000000") == 401
         assert await status_of(base + "/metrics", TOKEN) == 200
         assert await status_of(base + "/healthz") == 200
-    finally:
-        process.send_signal(signal.SIGINT)
-        await asyncio.wait_for(process.wait(), 30)

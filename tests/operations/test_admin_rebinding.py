@@ -9,11 +9,7 @@ but the probes answers only a `Host` that is an IP address, `localhost` or a nam
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
-import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -26,10 +22,8 @@ from gateway.config.loader import load_config
 from gateway.config.secrets import ADMIN_TOKEN_ENV
 from gateway.serve import workers
 from gateway.serve.admin_guard import answered_host
-from tests.support.gateway import StartGateway, StartUpstream
-from tests.support.paths import REPO
+from tests.support.gateway import StartGateway, StartUpstream, supervised
 from tests.support.ports import free_port
-from tests.support.waits import patience
 
 GUARDED = ("/metrics", "/gaps", "/followups", "/ui", "/ui/static/console.css", "/no-such-path")
 PROBES = ("/healthz", "/readyz")
@@ -164,34 +158,11 @@ async def test_the_supervisors_admin_listener_refuses_a_foreign_host_too(
             }
         )
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *("-m", "gateway", "serve", "--config", str(config), "--workers", "2"),
-        cwd=REPO,
-        env={
-            **{k: v for k, v in os.environ.items() if k != ADMIN_TOKEN_ENV},
-            "TMPDIR": str(tmp_path),
-        },
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
     base = f"http://127.0.0.1:{admin}"
-    try:
-        deadline = time.monotonic() + patience(30)
-        while True:
-            try:
-                if (await status_of(base + "/readyz", None))[0] == 200:
-                    break
-            except aiohttp.ClientConnectionError:
-                pass
-            assert time.monotonic() < deadline and process.returncode is None
-            await asyncio.sleep(0.05)
+    environ = {k: v for k, v in os.environ.items() if k != ADMIN_TOKEN_ENV}
+    async with supervised(config, f"127.0.0.1:{admin}", tmp_path, env=environ):
         assert (await status_of(base + "/metrics", FOREIGN))[0] == 403
         assert (await status_of(base + "/gaps", FOREIGN))[0] == 403
         assert (await status_of(base + "/readyz", FOREIGN))[0] == 200
         assert (await status_of(base + "/metrics", "scrape.internal:9"))[0] == 200
         assert (await status_of(base + "/metrics", f"127.0.0.1:{admin}"))[0] == 200
-    finally:
-        process.send_signal(signal.SIGINT)
-        await asyncio.wait_for(process.wait(), 30)

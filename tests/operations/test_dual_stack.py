@@ -9,7 +9,6 @@ listener, and `mendpoint resolver` (docs/configuration.md#listen-addresses).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import sys
@@ -22,7 +21,7 @@ import yaml
 from aiohttp import web
 
 from gateway.serve import workers
-from tests.support.gateway import StartGateway, StartUpstream, route_config
+from tests.support.gateway import StartGateway, StartUpstream, route_config, supervised
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.waits import patience
@@ -101,25 +100,10 @@ async def test_workers_and_their_supervisor_on_any_ipv6_serve_both_families(
     config = {**route_config(upstream), "listen": f"[::]:{port}", "admin": f"[::]:{admin}"}
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    log = tmp_path / "gateway.log"
-    with log.open("ab") as out:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *("-m", "gateway", "serve", "--config", str(path), "--workers", "2"),
-            cwd=REPO,
-            env={**os.environ, "TMPDIR": str(tmp_path)},
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-    try:
-        await wait_for(f"http://127.0.0.1:{admin}/readyz", process, log)
+    async with supervised(path, f"127.0.0.1:{admin}", tmp_path):
         for client in CLIENTS:
             assert await get(f"http://{client}:{port}/x") == 200, client
             assert await get(f"http://{client}:{admin}/readyz") == 200, client
-    finally:
-        process.send_signal(signal.SIGINT)
-        await asyncio.wait_for(process.wait(), 30)
 
 
 RESOLVE = {

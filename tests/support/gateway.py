@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,57 @@ async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
             pass
         await asyncio.sleep(0.05)
     raise AssertionError(f"{url} never became ready")
+
+
+@contextlib.asynccontextmanager
+async def supervised(
+    config: Path,
+    admin: str,
+    tmpdir: Path | None,
+    env: Mapping[str, str] | None = None,
+    ready_s: float = 30,
+    workers: int | None = 2,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`python -m gateway serve --config CONFIG --workers 2`, a supervisor and its workers
+    (`workers=None`: as many as the config says), until `admin`'s /readyz answers 200
+    (`ready_s` on a quiet machine); SIGINT and its exit at the end (killed after 20 s).
+    TMPDIR is `tmpdir` unless None (where the supervisor keeps the workers' files); `env` is
+    the whole environment (default: this one); the output goes to gateway.log beside the
+    config, which a failed start shows."""
+    log_path = config.parent / "gateway.log"
+    with log_path.open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "gateway", "serve", "--config", str(config)),
+            *(() if workers is None else ("--workers", str(workers))),
+            cwd=REPO,
+            env={
+                **(os.environ if env is None else env),
+                **({} if tmpdir is None else {"TMPDIR": str(tmpdir)}),
+            },
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
+    try:
+        deadline = time.monotonic() + patience(ready_s)
+        async with aiohttp.ClientSession() as session:
+            while True:
+                assert process.returncode is None, log_path.read_text()
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with session.get(f"http://{admin}/readyz") as answer:
+                        if answer.status == 200:
+                            break
+                assert time.monotonic() < deadline, log_path.read_text()
+                await asyncio.sleep(0.05)
+        yield process
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
 
 
 @dataclass(frozen=True)
