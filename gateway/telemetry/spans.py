@@ -35,6 +35,15 @@ FAILURE_EVENT = "mendpoint.failure"
 KNOWN_METHODS = frozenset(
     {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE", "QUERY"}
 )
+CHILD_FACTS = (
+    "mcp.method.name",
+    "mcp.session.id",
+    "mcp.protocol.version",
+    "jsonrpc.request.id",
+    "gen_ai.tool.name",
+    "gen_ai.operation.name",
+)
+"""What a bridge's attempt repeats of its exchange's MCP request."""
 OTHER_METHOD = "_OTHER"
 OTHER_ERROR = "_OTHER"
 CLIENT_CLOSED = 499
@@ -131,6 +140,7 @@ class ExchangeTrace:
         "_parent",
         "_pipe",
         "_start_ns",
+        "_to_child",
         "attributes",
         "category",
         "mcp_name",
@@ -154,6 +164,7 @@ class ExchangeTrace:
         self._parent = parent_from(traceparent, tracestate)
         self._link: Context | None = None
         self._attempt: Recorded | None = None
+        self._to_child = False
         self.span: Recorded | None = None
         self.category: str | None = None
         self.resolution: str | None = None
@@ -302,6 +313,25 @@ class ExchangeTrace:
         headers[TRACEPARENT] = span.traceparent()
 
     @never_raises
+    def to_child(self, executable: str) -> None:
+        """A bridge's attempt: the request written to its stdio server's stdin, answered when
+        the exchange ends. Its span carries the request's MCP facts and, at the end, the
+        answer's `error.type`; nothing is added to the message (the child reads the bytes
+        the client sent)."""
+        self._end_attempt()
+        server = self._server_span()
+        if not server.is_recording():
+            return
+        attributes: dict[str, Any] = {"network.transport": "pipe"}
+        attributes["process.executable.name"] = executable.rsplit("/", 1)[-1]
+        for key in CHILD_FACTS:
+            if key in self.attributes:
+                attributes[key] = self.attributes[key]
+        name = self.mcp_name or self.attributes["http.request.method"]
+        self._attempt = self._pipe.start(name, SpanKind.CLIENT, server, time.time_ns(), attributes)
+        self._to_child = True
+
+    @never_raises
     def failed(self, exc: BaseException) -> None:
         """The attempt raised (connect, TLS, a reset, a timeout): it ends here."""
         span = self._attempt
@@ -395,9 +425,17 @@ class ExchangeTrace:
         return span
 
     def _end_attempt(self) -> None:
-        if self._attempt is not None:
-            self._pipe.end(self._attempt)
-            self._attempt = None
+        attempt = self._attempt
+        if attempt is None:
+            return
+        if self._to_child:  # the child's answer: what mcp_failed found in it
+            for key in ("error.type", "rpc.response.status_code"):
+                if key in self.attributes:
+                    attempt.attributes[key] = self.attributes[key]
+            attempt.error = "error.type" in attempt.attributes
+            self._to_child = False
+        self._pipe.end(attempt)
+        self._attempt = None
 
 
 def _is_call(message: Any) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import cast
 
 import aiohttp
@@ -32,6 +34,7 @@ from tests.support.otlp import (
     caller_context,
     flushed,
 )
+from tests.support.paths import MCP_SERVERS
 
 RULE = {
     "id": "note-missing",
@@ -163,3 +166,45 @@ async def test_a_failing_tool_call_carries_the_mcp_conventions_under_its_meta_pa
     initialize = named(spans, "initialize")
     assert "error.type" not in initialize.attributes
     assert initialize.attributes["mcp.protocol.version"] == "2025-11-25"
+
+
+async def test_a_bridge_call_has_its_stdio_server_as_a_client_span(
+    start_gateway: StartGateway, receiver: OtlpReceiver
+) -> None:
+    """The bridge's attempt is the request written to its child: a CLIENT span with the MCP
+    facts of the call and the answer's `error.type`, the exchange's child."""
+    command = [sys.executable, str(MCP_SERVERS / "sdk_server.py"), "stdio"]
+    gateway = await start_gateway(
+        {
+            "routes": [{"name": "tools", "prefix": "/", "type": "mcp", "command": command}],
+            "rules": [RULE],
+            "skills": [SKILL],
+            "telemetry": {"otlp_endpoint": receiver.url},
+        }
+    )
+    trace_id, span_id, traceparent = caller_context()
+    async with (
+        httpx2.AsyncClient(
+            headers={"traceparent": traceparent}, timeout=httpx2.Timeout(30, read=300)
+        ) as http,
+        Client(streamable_http_client(gateway.url + "/mcp", http_client=http)) as client,
+    ):
+        assert (await client.call_tool("read_note", {"name": "missing"})).is_error
+        assert not (await client.call_tool("read_note", {"name": "hello"})).is_error
+    spans = await flushed(receiver, 6)
+    calls = [s for s in spans if s.kind == SERVER and s.name == "tools/call read_note"]
+    assert len(calls) == 2 and all(c.trace_id == trace_id for c in calls)
+    failed, worked = sorted(calls, key=lambda c: "error.type" not in c.attributes)
+    assert failed.attributes["error.type"] == "tool_error"
+    assert failed.attributes["mendpoint.failure.code"] == "NOTE_MISSING"
+    for call, error in ((failed, "tool_error"), (worked, None)):
+        (attempt,) = [s for s in spans if s.kind == CLIENT and s.parent_span_id == call.span_id]
+        assert attempt.name == "tools/call read_note"
+        assert attempt.attributes["network.transport"] == "pipe"
+        assert attempt.attributes["process.executable.name"] == Path(sys.executable).name
+        assert attempt.attributes["mcp.method.name"] == "tools/call"
+        assert attempt.attributes["gen_ai.tool.name"] == "read_note"
+        assert attempt.attributes["mcp.session.id"] == call.attributes["mcp.session.id"]
+        assert attempt.attributes.get("error.type") == error
+        assert (attempt.status_code == STATUS_ERROR) == (error is not None)
+        assert call.parent_span_id == span_id
