@@ -46,7 +46,9 @@ CALLER = Caller("reader", frozenset({"data:read"}))
 
 
 def enricher(root: Path, cache: bool) -> HttpAnswers:
-    config = fixtures.mendpoint_config("http://127.0.0.1:9", "additive", access_log=False)
+    config = fixtures.mendpoint_config(
+        "http://127.0.0.1:9", fixtures.Variant("additive", access_log=False)
+    )
     path = root / "bench.yaml"
     path.write_text(json.dumps(config))
     loaded = load_config(str(path))

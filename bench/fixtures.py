@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 OK_PATH = "/v1/items/42"
@@ -237,36 +238,45 @@ def skills() -> list[dict[str, object]]:
     return out
 
 
-def mendpoint_config(
-    upstream: str,
-    mode: str,
-    access_log: bool,
-    followups: bool = True,
-    fleet: str | None = None,
-    collector: str | None = None,
-    sample_ratio: float = 1.0,
-) -> dict[str, object]:
-    """The gateway config for one benchmark run (as data; written as JSON, which is YAML).
+@dataclass(frozen=True)
+class Variant:
+    """What one Mendpoint system of the benchmark runs with: the shipped defaults (the JSON
+    access log and follow-up tracking on) unless told otherwise. The `[log-off]` and
+    `[log-off+followups-off]` columns measure what each costs; `fleet` (a redis:// URL) what
+    a fleet store costs; `collector`, traces on, `sample_ratio` of them sampled, exported to
+    that OTLP/HTTP collector (the tracing row)."""
 
-    No admin listener (nothing else to bind). The JSON access log and follow-up tracking
-    are on, as shipped; the `[log-off]` and `[log-off+followups-off]` columns measure what
-    each costs, and `[fleet]` what a fleet store (`fleet`, a redis:// URL) costs beside it.
-    `collector`: traces on, every one sampled (or `sample_ratio` of them), exported to that
-    OTLP/HTTP collector (the tracing row).
-    """
+    mode: str = "additive"
+    access_log: bool = True
+    followups: bool = True
+    fleet: str | None = None
+    collector: str | None = None
+    sample_ratio: float = 1.0
+
+    def suffix(self) -> str:
+        """What tells this variant's config file from the others' of the same mode."""
+        suffix = ("-log" if self.access_log else "") + ("" if self.followups else "-nofollowups")
+        suffix += "-fleet" if self.fleet is not None else ""
+        return suffix + ("" if self.collector is None else f"-traced-{self.sample_ratio:g}")
+
+
+def mendpoint_config(upstream: str, variant: Variant) -> dict[str, object]:
+    """The gateway config for one benchmark run (as data; written as JSON, which is YAML).
+    No admin listener (nothing else to bind)."""
     key_hash = hashlib.sha256(API_KEY.encode()).hexdigest()
     telemetry: dict[str, object] = {}
-    if collector is not None:
-        telemetry["otlp_endpoint"], telemetry["sample_ratio"] = collector, sample_ratio
-    return ({"fleet": {"redis": fleet}} if fleet is not None else {}) | {
+    if variant.collector is not None:
+        telemetry["otlp_endpoint"] = variant.collector
+        telemetry["sample_ratio"] = variant.sample_ratio
+    return ({"fleet": {"redis": variant.fleet}} if variant.fleet is not None else {}) | {
         "telemetry": telemetry,
         "listen": "127.0.0.1:0",
         "admin": None,
-        "log": {"level": "warning", "access": access_log},
-        "followups": {"enabled": followups},
+        "log": {"level": "warning", "access": variant.access_log},
+        "followups": {"enabled": variant.followups},
         "shutdown": {"drain_delay_s": 0, "grace_s": 5},
         "include": ["builtin:http-defaults"],
-        "routes": [{"name": "api", "prefix": "/", "upstream": upstream, "mode": mode}],
+        "routes": [{"name": "api", "prefix": "/", "upstream": upstream, "mode": variant.mode}],
         "callers": {
             "header": API_KEY_HEADER,
             "keys": [{"name": "reader", "key": f"sha256:{key_hash}", "scopes": ["data:read"]}],
@@ -277,21 +287,8 @@ def mendpoint_config(
     }
 
 
-def write_mendpoint_config(
-    root: Path,
-    upstream: str,
-    mode: str,
-    access_log: bool,
-    followups: bool = True,
-    fleet: str | None = None,
-    collector: str | None = None,
-    sample_ratio: float = 1.0,
-) -> Path:
+def write_mendpoint_config(root: Path, upstream: str, variant: Variant) -> Path:
     port = upstream.rsplit(":", 1)[-1].strip("/")
-    suffix = ("-log" if access_log else "") + ("" if followups else "-nofollowups")
-    suffix += "-fleet" if fleet is not None else ""
-    suffix += "" if collector is None else f"-traced-{sample_ratio:g}"
-    path = root / f"mendpoint-{mode}-{port}{suffix}.yaml"
-    config = mendpoint_config(upstream, mode, access_log, followups, fleet, collector, sample_ratio)
-    path.write_text(json.dumps(config, indent=1))
+    path = root / f"mendpoint-{variant.mode}-{port}{variant.suffix()}.yaml"
+    path.write_text(json.dumps(mendpoint_config(upstream, variant), indent=1))
     return path

@@ -72,7 +72,9 @@ class McpLoad:
 def mendpoint_config(upstream: str | None, mode: str) -> dict[str, object]:
     """The HTTP rows' gateway config (shipped defaults, 50 rules, 20 skills) with one MCP
     route: to `upstream`, or bridging the stdio server when `upstream` is None."""
-    config = fixtures.mendpoint_config(upstream or "http://127.0.0.1:9", mode, False)
+    config = fixtures.mendpoint_config(
+        upstream or "http://127.0.0.1:9", fixtures.Variant(mode, access_log=False)
+    )
     route: dict[str, object] = {"name": "tools", "prefix": "/", "type": "mcp", "mode": mode}
     if upstream is None:
         # wrk's connections all come from 127.0.0.1: one anonymous caller with every session.

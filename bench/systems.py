@@ -8,6 +8,7 @@ belongs to that one run and no run inherits another's warm state.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -122,15 +123,15 @@ def mendpoint(
     collector: str | None = None,
     sample_ratio: float = 1.0,
 ) -> Command:
-    """The shipped defaults (access log and follow-up tracking on) unless told otherwise;
-    `env` (NAME=VALUE items) turns a lever off, for the A/B variants; `fleet`, a fleet
-    store (a redis-server of the benchmark's own) on; `collector` turns traces on (the
-    tracing row)."""
+    """A gateway of `fixtures.Variant` (the shipped defaults unless told otherwise); `env`
+    (NAME=VALUE items) turns a lever off, for the A/B variants; `fleet`, a fleet store (a
+    redis-server of the benchmark's own) on."""
+    variant = fixtures.Variant(mode, access_log, followups, None, collector, sample_ratio)
 
     def command(upstream: str, port: int, root: Path) -> list[str]:
         store = fleet_store(root) if fleet else None
         config = fixtures.write_mendpoint_config(
-            root, upstream, mode, access_log, followups, store, collector, sample_ratio
+            root, upstream, dataclasses.replace(variant, fleet=store)
         )
         listen = f"127.0.0.1:{port}"
         argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
