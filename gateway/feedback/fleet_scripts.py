@@ -21,6 +21,10 @@ They are sent as one script, `batch_script`: a process's queued writes go in one
 each run in order inside Redis as a function of its own (its keys and arguments as they
 would be alone), isolated by `pcall`, the results answered as one JSON list. One command per
 batch, not one per write: redis-py's per-command cost is paid on the gateway's event loop.
+Likewise the events: `publish(channel, text)` collects them, and the batch sends one PUBLISH
+per channel, a JSON list of its events in order. Every subscriber, the sender included,
+reads one message per batch instead of one per failure (the error path's cost with a store,
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ if found then
       p.chain_wall_ms = e.chain_wall_ms
       redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
     end
-    redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'open', from = '', entry = p}))
+    publish(KEYS[5], cjson.encode({op = 'open', from = '', entry = p}))
     return {e.route, e.code, outcome}
   end
   local outcome = 'abandoned'
@@ -91,7 +95,7 @@ if ok then  -- a success that began after this failure, heard of first: its foll
     redis.call('LPUSH', samples, recovery_ms)
     redis.call('LTRIM', samples, 0, a.samples - 1)
     redis.call('EXPIRE', samples, a.counts_ttl_s)
-    redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'close', from = '', key = a.key,
+    publish(KEYS[5], cjson.encode({op = 'close', from = '', key = a.key,
       request_id = e.request_id}))
     if settled then return {settled[1], settled[2], settled[3], e.route, e.code, outcome} end
     return {e.route, e.code, outcome}
@@ -99,7 +103,7 @@ if ok then  -- a success that began after this failure, heard of first: its foll
 end
 redis.call('SET', KEYS[1], cjson.encode(e), 'PX', a.ttl_ms)
 redis.call('ZADD', KEYS[2], a.deadline_ms, a.key)
-redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}))
+publish(KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}))
 return settled
 """,
     "follow": """
@@ -145,7 +149,7 @@ if f.status < 400 then
   redis.call('LTRIM', samples, 0, a.samples - 1)
   redis.call('EXPIRE', samples, a.counts_ttl_s)
 end
-redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'close', from = a.from, key = a.key,
+publish(KEYS[5], cjson.encode({op = 'close', from = a.from, key = a.key,
   request_id = p.request_id}))
 return {p.route, p.code, outcome, tostring(recovery_ms)}
 """,
@@ -184,9 +188,23 @@ redis.call('EXPIRE', KEYS[1], a.counts_ttl_s)
 return 1
 """,
     "publish": """
-return redis.call('PUBLISH', KEYS[1], ARGV[1])
+publish(KEYS[1], ARGV[1])
+return 1
 """,
 }
+
+
+PUBLISHED = """local published, channels = {}, {}
+local function publish(channel, text)  -- one event's JSON, sent with the batch's others
+  local events = published[channel]
+  if not events then
+    events = {}
+    published[channel] = events
+    table.insert(channels, channel)
+  end
+  table.insert(events, text)
+end
+"""
 
 
 def batch_script(scripts: dict[str, str]) -> str:
@@ -198,6 +216,7 @@ def batch_script(scripts: dict[str, str]) -> str:
     )
     return (
         "local handlers = {}\n"
+        + PUBLISHED
         + handlers
         + """local plan = cjson.decode(ARGV[1])
 local out, at = {}, 0
@@ -212,6 +231,9 @@ for i, call in ipairs(plan) do
     result = false
   end
   out[i] = result
+end
+for _, channel in ipairs(channels) do
+  redis.call('PUBLISH', channel, '[' .. table.concat(published[channel], ',') .. ']')
 end
 return cjson.encode(out)
 """

@@ -5,7 +5,8 @@ Nothing here runs on a request's critical path. The request path appends an `Ope
 Lua script's keys and arguments, gateway.feedback.shared) to a bounded queue and returns; one
 task per process sends the queue in batches of up to `BATCH`, each one EVALSHA of the batch
 script, bounded by `fleet.timeout_ms`. Another task holds the subscription to the events
-channel and hands each event of another process to a callback.
+channel (one message a batch, gateway.feedback.fleet_scripts) and hands each event of another
+process to a callback.
 
 When Redis is slow or gone, a call past the timeout marks the store down: the request path
 is never touched; the queue keeps what it cannot send (at most `fleet.queue_max`, the oldest
@@ -334,14 +335,17 @@ class FleetStore:
                     await closing()
 
     def _deliver(self, data: object) -> None:
+        """One batch's events, in order (a replica of an earlier release sends one event a
+        message); this process's own are dropped, it has them already."""
         if not isinstance(data, str) or self._on_event is None:
             return
         try:
-            event = json.loads(data)
+            events = json.loads(data)
         except ValueError:
             return
-        if isinstance(event, dict) and event.get("from") != self.replica:
-            self._on_event(event)
+        for event in events if isinstance(events, list) else [events]:
+            if isinstance(event, dict) and event.get("from") != self.replica:
+                self._on_event(event)
 
 
 def sha1_of(text: str) -> str:

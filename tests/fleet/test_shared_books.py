@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -103,6 +104,46 @@ async def test_a_failure_opened_on_one_replica_is_followed_up_on_the_other(
         "mendpoint_followups_total", route="orders", code="BAD_REQUEST", outcome="recovered"
     )
     assert after - before == 1  # Prometheus: the one replica whose claim won
+
+
+async def test_a_batch_of_failures_is_one_message_on_the_events_channel(
+    replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
+) -> None:
+    """Failures queued together go in one batch and reach the channel as one message, their
+    events in order; the other replica applies every one of them."""
+    import redis.asyncio as aioredis
+
+    (a, shared_a, _), (b, _, _) = await replicas(), await replicas()
+    listener = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
+    pubsub = listener.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(shared_a.store.keys.events)
+    try:
+        for n in range(5):  # no await between them: one queue, one flush
+            a.settle(attempt(f"batch-{n}"), BAD, f"req-{n}", None)
+        await until(lambda: all(b.pending(f"batch-{n}") is not None for n in range(5)))
+        messages = await published(pubsub)
+        assert len(messages) == 1
+        events = json.loads(messages[0])
+        assert [e["entry"]["request_id"] for e in events] == [f"req-{n}" for n in range(5)]
+        assert {e["from"] for e in events} == {shared_a.store.replica}
+    finally:
+        closing: Callable[[], Awaitable[None]] = pubsub.aclose  # unannotated in redis-py
+        await closing()
+        await listener.aclose()
+
+
+async def published(pubsub: Any, quiet_s: float = 0.3) -> list[str]:
+    """What the channel carried until it was quiet for `quiet_s` (a subscription's own
+    confirmation is read as None, and skipped)."""
+    texts: list[str] = []
+    deadline = time.monotonic() + patience(5)
+    while time.monotonic() < deadline:
+        message = await pubsub.get_message(timeout=quiet_s)
+        if message is None and texts:
+            return texts
+        if message is not None and message["type"] == "message":
+            texts.append(message["data"])
+    return texts
 
 
 async def test_two_replicas_settling_one_failure_count_one_outcome(
