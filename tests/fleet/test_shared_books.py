@@ -132,6 +132,23 @@ async def test_a_batch_of_failures_is_one_message_on_the_events_channel(
         await listener.aclose()
 
 
+async def test_a_close_the_store_makes_of_its_own_reaches_the_sender_too(
+    replicas: Callable[..., Awaitable[Replica]],
+) -> None:
+    """A success heard of before the failure it follows: the store settles the failure as
+    it opens it and tells every replica, the one that opened it included (`from` empty: the
+    opener does not take it for its own)."""
+    (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
+    started = time.monotonic()
+    b.settle(attempt("k-early", "fixed", started + 0.05), OK, "req-2", None)
+    await until(lambda: shared_b.store.waiting == 0)
+    a.settle(attempt("k-early", started=started), BAD, "req-1", None)
+    assert a.held_bytes > 0
+    await until(lambda: a.held_bytes == 0, timeout_s=WINDOW_S / 2)  # before the window ends
+    row = (await settled_rows(shared_a))["BAD_REQUEST"]
+    assert (row["failures"], row["recovered"]) == (1, 1)
+
+
 async def published(pubsub: Any, quiet_s: float = 0.3) -> list[str]:
     """What the channel carried until it was quiet for `quiet_s` (a subscription's own
     confirmation is read as None, and skipped)."""
