@@ -208,8 +208,9 @@ end
 
 
 def batch_script(scripts: dict[str, str]) -> str:
-    """One script running a list of `[name, key count, arguments]` calls of `scripts` over
-    the keys they name in order; answers a JSON list, an error as `{"err": text}`."""
+    """One script running a list of `[name, key places, arguments]` calls of `scripts`, each
+    over the keys at those places of KEYS (1-based; a key several calls name is sent once);
+    answers a JSON list, an error as `{"err": text}`."""
     handlers = "".join(
         f"handlers[{name!r}] = function(KEYS, ARGV)\n{text.strip()}\nend\n"
         for name, text in scripts.items()
@@ -219,11 +220,10 @@ def batch_script(scripts: dict[str, str]) -> str:
         + PUBLISHED
         + handlers
         + """local plan = cjson.decode(ARGV[1])
-local out, at = {}, 0
+local out = {}
 for i, call in ipairs(plan) do
   local keys = {}
-  for j = 1, call[2] do keys[j] = KEYS[at + j] end
-  at = at + call[2]
+  for j, at in ipairs(call[2]) do keys[j] = KEYS[at] end
   local ok, result = pcall(handlers[call[1]], keys, call[3])
   if not ok then
     result = {err = type(result) == 'table' and tostring(result.err) or tostring(result)}

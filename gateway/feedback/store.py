@@ -211,12 +211,21 @@ class FleetStore:
     async def _run(self, batch: list[Operation]) -> list[Any]:
         """One EVALSHA of the batch script for the whole batch (gateway.feedback.fleet_scripts
         .batch_script); a server without it (a restarted Redis) has it loaded and the call
-        sent again, once, within the same bound."""
+        sent again, once, within the same bound. Keys go once each, named by their place:
+        redis-py packs a command's arguments one by one on the event loop, and five of an
+        operation's keys are the same for every operation."""
         keys: list[str] = []
+        slots: dict[str, int] = {}
         plan: list[list[Any]] = []
         for operation in batch:
-            plan.append([operation.script, len(operation.keys), list(operation.args)])
-            keys.extend(operation.keys)
+            named = []
+            for key in operation.keys:  # each key once: most are every operation's
+                slot = slots.get(key)
+                if slot is None:
+                    keys.append(key)
+                    slot = slots[key] = len(keys)
+                named.append(slot)
+            plan.append([operation.script, named, list(operation.args)])
         raw = await self.bounded(self._batch(keys, json.dumps(plan)))
         try:
             answered = json.loads(raw)
