@@ -1,10 +1,11 @@
 """The Lua the fleet store runs: one script per write, atomic on the Redis server
 (docs/operations.md#fleet; the callers are gateway.feedback.shared).
 
-Each takes one JSON argument. An open failure is stored as JSON under `{p}:fu:open:<key>`
-with its request id, route, code, rule, digests, whether it is retryable, its advised delay,
-and three Unix-millisecond times: when its request started, when it was answered, and when
-its chain of failures began. Outcomes follow the table of gateway.feedback.followups.decide.
+Each takes one argument, a table `a` (a JSON object in the batch's plan). An open failure
+is stored as JSON under `{p}:fu:open:<key>` with its request id, route, code, rule, digests,
+whether it is retryable, its advised delay, and three Unix-millisecond times: when its
+request started, when it was answered, and when its chain of failures began. Outcomes
+follow the table of gateway.feedback.followups.decide.
 
 - `open`: stores a failure, counts it, and publishes it. One already under the key is settled
   as followed by this one (or, when its news came later than this one's, as its follow-up);
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 SCRIPTS = {
     "open": """
-local a = cjson.decode(ARGV[1])
 local e, sep = a.entry, a.sep
 local function count(route, code, field)
   redis.call('HINCRBY', KEYS[3], route .. sep .. code .. sep .. field, 1)
@@ -107,7 +107,6 @@ publish(KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}))
 return settled
 """,
     "follow": """
-local a = cjson.decode(ARGV[1])
 local f, sep = a.attempt, a.sep
 local found = redis.call('GET', KEYS[1])
 local p = found and cjson.decode(found)
@@ -154,7 +153,6 @@ publish(KEYS[5], cjson.encode({op = 'close', from = a.from, key = a.key,
 return {p.route, p.code, outcome, tostring(recovery_ms)}
 """,
     "sweep": """
-local a = cjson.decode(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', a.now_ms, 'LIMIT', 0, a.limit)
 local out = {}
 for _, key in ipairs(due) do
@@ -175,7 +173,6 @@ end
 return out
 """,
     "gap": """
-local a = cjson.decode(ARGV[1])
 if redis.call('ZSCORE', KEYS[1], a.member) then
   redis.call('ZINCRBY', KEYS[1], 1, a.member)
 elseif redis.call('ZCARD', KEYS[1]) < a.capacity then
@@ -188,7 +185,7 @@ redis.call('EXPIRE', KEYS[1], a.counts_ttl_s)
 return 1
 """,
     "publish": """
-publish(KEYS[1], ARGV[1])
+publish(KEYS[1], a.event)
 return 1
 """,
 }
@@ -208,11 +205,13 @@ end
 
 
 def batch_script(scripts: dict[str, str]) -> str:
-    """One script running a list of `[name, key places, arguments]` calls of `scripts`, each
+    """One script running a list of `[name, key places, argument]` calls of `scripts`, each
     over the keys at those places of KEYS (1-based; a key several calls name is sent once);
-    answers a JSON list, an error as `{"err": text}`."""
+    answers a JSON list, an error as `{"err": text}`. Each argument is an object inside the
+    plan, not JSON text of its own: encoded once on the gateway (json.dumps of the plan) and
+    decoded once in Redis."""
     handlers = "".join(
-        f"handlers[{name!r}] = function(KEYS, ARGV)\n{text.strip()}\nend\n"
+        f"handlers[{name!r}] = function(KEYS, a)\n{text.strip()}\nend\n"
         for name, text in scripts.items()
     )
     return (

@@ -60,11 +60,13 @@ Done = Callable[[Any], None]
 
 @dataclass(frozen=True, slots=True)
 class Operation:
-    """One script call waiting to be sent, and what to do with its result."""
+    """One script call waiting to be sent, and what to do with its result. `argument` is
+    encoded when its batch is (JSON: strings, numbers, booleans, None, lists, dicts), not
+    on the request path."""
 
     script: str
     keys: tuple[str, ...]
-    args: tuple[str | int | float, ...]
+    argument: dict[str, Any]
     done: Done | None = None
 
 
@@ -225,8 +227,8 @@ class FleetStore:
                     keys.append(key)
                     slot = slots[key] = len(keys)
                 named.append(slot)
-            plan.append([operation.script, named, list(operation.args)])
-        raw = await self.bounded(self._batch(keys, json.dumps(plan)))
+            plan.append([operation.script, named, operation.argument])
+        raw = await self.bounded(self._batch(keys, json.dumps(plan, default=str)))
         try:
             answered = json.loads(raw)
         except (TypeError, ValueError):
