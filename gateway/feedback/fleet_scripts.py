@@ -22,10 +22,11 @@ They are sent as one script, `batch_script`: a process's queued writes go in one
 each run in order inside Redis as a function of its own (its keys and arguments as they
 would be alone), isolated by `pcall`, the results answered as one JSON list. One command per
 batch, not one per write: redis-py's per-command cost is paid on the gateway's event loop.
-Likewise the events: `publish(channel, text)` collects them, and the batch sends one PUBLISH
-per channel, a JSON list of its events in order. Every subscriber, the sender included,
-reads one message per batch instead of one per failure (the error path's cost with a store,
-docs/performance.md).
+Likewise the events: `publish(channel, text, from)` collects them, and the batch sends one
+PUBLISH per channel, `<sender>\x1f<a JSON list of its events in order>`: the sender is the
+replica every event is from, or empty when any is for every replica, its sender included
+(`from` empty). Every subscriber reads one message per batch instead of one per failure, and
+the sender drops its own unread (the error path's cost with a store, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ if found then
       p.chain_wall_ms = e.chain_wall_ms
       redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
     end
-    publish(KEYS[5], cjson.encode({op = 'open', from = '', entry = p}))
+    publish(KEYS[5], cjson.encode({op = 'open', from = '', entry = p}), '')
     return {e.route, e.code, outcome}
   end
   local outcome = 'abandoned'
@@ -96,14 +97,14 @@ if ok then  -- a success that began after this failure, heard of first: its foll
     redis.call('LTRIM', samples, 0, a.samples - 1)
     redis.call('EXPIRE', samples, a.counts_ttl_s)
     publish(KEYS[5], cjson.encode({op = 'close', from = '', key = a.key,
-      request_id = e.request_id}))
+      request_id = e.request_id}), '')
     if settled then return {settled[1], settled[2], settled[3], e.route, e.code, outcome} end
     return {e.route, e.code, outcome}
   end
 end
 redis.call('SET', KEYS[1], cjson.encode(e), 'PX', a.ttl_ms)
 redis.call('ZADD', KEYS[2], a.deadline_ms, a.key)
-publish(KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}))
+publish(KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}), a.from)
 return settled
 """,
     "follow": """
@@ -149,7 +150,7 @@ if f.status < 400 then
   redis.call('EXPIRE', samples, a.counts_ttl_s)
 end
 publish(KEYS[5], cjson.encode({op = 'close', from = a.from, key = a.key,
-  request_id = p.request_id}))
+  request_id = p.request_id}), a.from)
 return {p.route, p.code, outcome, tostring(recovery_ms)}
 """,
     "sweep": """
@@ -185,20 +186,22 @@ redis.call('EXPIRE', KEYS[1], a.counts_ttl_s)
 return 1
 """,
     "publish": """
-publish(KEYS[1], a.event)
+publish(KEYS[1], a.event, a.from)
 return 1
 """,
 }
 
 
-PUBLISHED = """local published, channels = {}, {}
-local function publish(channel, text)  -- one event's JSON, sent with the batch's others
+PUBLISHED = """local published, channels, sender, SEP = {}, {}, {}, '\\31'
+local function publish(channel, text, from)  -- one event's JSON, sent with the batch's others
   local events = published[channel]
   if not events then
     events = {}
     published[channel] = events
     table.insert(channels, channel)
+    sender[channel] = from
   end
+  if sender[channel] ~= from then sender[channel] = '' end  -- also for another replica
   table.insert(events, text)
 end
 """
@@ -232,7 +235,8 @@ for i, call in ipairs(plan) do
   out[i] = result
 end
 for _, channel in ipairs(channels) do
-  redis.call('PUBLISH', channel, '[' .. table.concat(published[channel], ',') .. ']')
+  redis.call('PUBLISH', channel,
+    sender[channel] .. SEP .. '[' .. table.concat(published[channel], ',') .. ']')
 end
 return cjson.encode(out)
 """

@@ -187,7 +187,8 @@ class SharedTracking:
         (gateway.mcp.tool_hints), for every other replica's book."""
         event = {"op": "hints", "from": self.store.replica, "route": route, "tools": tools}
         text = json.dumps(event)  # published as it is, not decoded in Redis
-        self.store.enqueue(Operation("publish", (self.store.keys.events,), {"event": text}))
+        argument = {"event": text, "from": self.store.replica}
+        self.store.enqueue(Operation("publish", (self.store.keys.events,), argument))
 
     # -- what the others send --------------------------------------------------------------
 

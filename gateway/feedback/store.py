@@ -346,12 +346,15 @@ class FleetStore:
                     await closing()
 
     def _deliver(self, data: object) -> None:
-        """One batch's events, in order (a replica of an earlier release sends one event a
-        message); this process's own are dropped, it has them already."""
+        """One batch's events, in order, after its sender's id (a replica of an earlier
+        release sends them bare); this process's own are dropped unread: it has them."""
         if not isinstance(data, str) or self._on_event is None:
             return
+        sender, sep, body = data.partition(SEP)
+        if sep and sender == self.replica:
+            return
         try:
-            events = json.loads(data)
+            events = json.loads(body if sep else data)
         except ValueError:
             return
         for event in events if isinstance(events, list) else [events]:

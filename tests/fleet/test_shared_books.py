@@ -19,7 +19,7 @@ from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook
 from gateway.feedback.shared import OUTCOMES, SharedTracking
 from gateway.feedback.signatures import SignatureBook
-from gateway.feedback.store import FleetStore
+from gateway.feedback.store import SEP, FleetStore
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.fleet import RedisServer
 from tests.support.ports import free_port
@@ -110,7 +110,7 @@ async def test_a_batch_of_failures_is_one_message_on_the_events_channel(
     replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
 ) -> None:
     """Failures queued together go in one batch and reach the channel as one message, their
-    events in order; the other replica applies every one of them."""
+    events in order after the sender's id; the other replica applies every one of them."""
     import redis.asyncio as aioredis
 
     (a, shared_a, _), (b, _, _) = await replicas(), await replicas()
@@ -123,7 +123,9 @@ async def test_a_batch_of_failures_is_one_message_on_the_events_channel(
         await until(lambda: all(b.pending(f"batch-{n}") is not None for n in range(5)))
         messages = await published(pubsub)
         assert len(messages) == 1
-        events = json.loads(messages[0])
+        sender, _, body = messages[0].partition(SEP)
+        assert sender == shared_a.store.replica  # A drops it unread
+        events = json.loads(body)
         assert [e["entry"]["request_id"] for e in events] == [f"req-{n}" for n in range(5)]
         assert {e["from"] for e in events} == {shared_a.store.replica}
     finally:
@@ -136,8 +138,8 @@ async def test_a_close_the_store_makes_of_its_own_reaches_the_sender_too(
     replicas: Callable[..., Awaitable[Replica]],
 ) -> None:
     """A success heard of before the failure it follows: the store settles the failure as
-    it opens it and tells every replica, the one that opened it included (`from` empty: the
-    opener does not take it for its own)."""
+    it opens it and tells every replica, the one that opened it included (`from` empty, and
+    the message sent with no sender: the opener reads it)."""
     (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
     started = time.monotonic()
     b.settle(attempt("k-early", "fixed", started + 0.05), OK, "req-2", None)
