@@ -346,18 +346,21 @@ class FleetStore:
                     await closing()
 
     def _deliver(self, data: object) -> None:
-        """One batch's events, in order, after its sender's id (a replica of an earlier
-        release sends them bare); this process's own are dropped unread: it has them."""
+        """One batch's events, in order, after its sender's id; this process's own batches
+        are dropped unread (it has their events), and its own events in a batch for every
+        replica too."""
         if not isinstance(data, str) or self._on_event is None:
             return
-        sender, sep, body = data.partition(SEP)
-        if sep and sender == self.replica:
+        sender, _, body = data.partition(SEP)
+        if sender == self.replica:
             return
         try:
-            events = json.loads(body if sep else data)
+            events = json.loads(body)
         except ValueError:
             return
-        for event in events if isinstance(events, list) else [events]:
+        if not isinstance(events, list):
+            return
+        for event in events:
             if isinstance(event, dict) and event.get("from") != self.replica:
                 self._on_event(event)
 
