@@ -1,10 +1,11 @@
 """The Lua the fleet store runs: one script per write, atomic on the Redis server
 (docs/operations.md#fleet; the callers are gateway.feedback.shared).
 
-Each takes one JSON argument. An open failure is stored as JSON under `{p}:fu:open:<key>`
-with its request id, route, code, rule, digests, whether it is retryable, its advised delay,
-and three Unix-millisecond times: when its request started, when it was answered, and when
-its chain of failures began. Outcomes follow the table of gateway.feedback.followups.decide.
+Each takes one argument, a table `a` (a JSON object in the batch's plan). An open failure
+is stored as JSON under `{p}:fu:open:<key>` with its request id, route, code, rule, digests,
+whether it is retryable, its advised delay, and three Unix-millisecond times: when its
+request started, when it was answered, and when its chain of failures began. Outcomes
+follow the table of gateway.feedback.followups.decide.
 
 - `open`: stores a failure, counts it, and publishes it. One already under the key is settled
   as followed by this one (or, when its news came later than this one's, as its follow-up);
@@ -21,13 +22,17 @@ They are sent as one script, `batch_script`: a process's queued writes go in one
 each run in order inside Redis as a function of its own (its keys and arguments as they
 would be alone), isolated by `pcall`, the results answered as one JSON list. One command per
 batch, not one per write: redis-py's per-command cost is paid on the gateway's event loop.
+Likewise the events: `publish(channel, text, from)` collects them, and the batch sends one
+PUBLISH per channel, `<sender>\x1f<a JSON list of its events in order>`: the sender is the
+replica every event is from, or empty when any is for every replica, its sender included
+(`from` empty). Every subscriber reads one message per batch instead of one per failure, and
+the sender drops its own unread (the error path's cost with a store, docs/performance.md).
 """
 
 from __future__ import annotations
 
 SCRIPTS = {
     "open": """
-local a = cjson.decode(ARGV[1])
 local e, sep = a.entry, a.sep
 local function count(route, code, field)
   redis.call('HINCRBY', KEYS[3], route .. sep .. code .. sep .. field, 1)
@@ -63,7 +68,7 @@ if found then
       p.chain_wall_ms = e.chain_wall_ms
       redis.call('SET', KEYS[1], cjson.encode(p), 'KEEPTTL')
     end
-    redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'open', from = '', entry = p}))
+    publish(KEYS[5], cjson.encode({op = 'open', from = '', entry = p}), '')
     return {e.route, e.code, outcome}
   end
   local outcome = 'abandoned'
@@ -91,19 +96,18 @@ if ok then  -- a success that began after this failure, heard of first: its foll
     redis.call('LPUSH', samples, recovery_ms)
     redis.call('LTRIM', samples, 0, a.samples - 1)
     redis.call('EXPIRE', samples, a.counts_ttl_s)
-    redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'close', from = '', key = a.key,
-      request_id = e.request_id}))
+    publish(KEYS[5], cjson.encode({op = 'close', from = '', key = a.key,
+      request_id = e.request_id}), '')
     if settled then return {settled[1], settled[2], settled[3], e.route, e.code, outcome} end
     return {e.route, e.code, outcome}
   end
 end
 redis.call('SET', KEYS[1], cjson.encode(e), 'PX', a.ttl_ms)
 redis.call('ZADD', KEYS[2], a.deadline_ms, a.key)
-redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}))
+publish(KEYS[5], cjson.encode({op = 'open', from = a.from, entry = e}), a.from)
 return settled
 """,
     "follow": """
-local a = cjson.decode(ARGV[1])
 local f, sep = a.attempt, a.sep
 local found = redis.call('GET', KEYS[1])
 local p = found and cjson.decode(found)
@@ -145,12 +149,11 @@ if f.status < 400 then
   redis.call('LTRIM', samples, 0, a.samples - 1)
   redis.call('EXPIRE', samples, a.counts_ttl_s)
 end
-redis.call('PUBLISH', KEYS[5], cjson.encode({op = 'close', from = a.from, key = a.key,
-  request_id = p.request_id}))
+publish(KEYS[5], cjson.encode({op = 'close', from = a.from, key = a.key,
+  request_id = p.request_id}), a.from)
 return {p.route, p.code, outcome, tostring(recovery_ms)}
 """,
     "sweep": """
-local a = cjson.decode(ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', a.now_ms, 'LIMIT', 0, a.limit)
 local out = {}
 for _, key in ipairs(due) do
@@ -171,7 +174,6 @@ end
 return out
 """,
     "gap": """
-local a = cjson.decode(ARGV[1])
 if redis.call('ZSCORE', KEYS[1], a.member) then
   redis.call('ZINCRBY', KEYS[1], 1, a.member)
 elseif redis.call('ZCARD', KEYS[1]) < a.capacity then
@@ -184,27 +186,46 @@ redis.call('EXPIRE', KEYS[1], a.counts_ttl_s)
 return 1
 """,
     "publish": """
-return redis.call('PUBLISH', KEYS[1], ARGV[1])
+publish(KEYS[1], a.event, a.from)
+return 1
 """,
 }
 
 
+PUBLISHED = """local published, channels, sender, SEP = {}, {}, {}, '\\31'
+local function publish(channel, text, from)  -- one event's JSON, sent with the batch's others
+  local events = published[channel]
+  if not events then
+    events = {}
+    published[channel] = events
+    table.insert(channels, channel)
+    sender[channel] = from
+  end
+  if sender[channel] ~= from then sender[channel] = '' end  -- also for another replica
+  table.insert(events, text)
+end
+"""
+
+
 def batch_script(scripts: dict[str, str]) -> str:
-    """One script running a list of `[name, key count, arguments]` calls of `scripts` over
-    the keys they name in order; answers a JSON list, an error as `{"err": text}`."""
+    """One script running a list of `[name, key places, argument]` calls of `scripts`, each
+    over the keys at those places of KEYS (1-based; a key several calls name is sent once);
+    answers a JSON list, an error as `{"err": text}`. Each argument is an object inside the
+    plan, not JSON text of its own: encoded once on the gateway (json.dumps of the plan) and
+    decoded once in Redis."""
     handlers = "".join(
-        f"handlers[{name!r}] = function(KEYS, ARGV)\n{text.strip()}\nend\n"
+        f"handlers[{name!r}] = function(KEYS, a)\n{text.strip()}\nend\n"
         for name, text in scripts.items()
     )
     return (
         "local handlers = {}\n"
+        + PUBLISHED
         + handlers
         + """local plan = cjson.decode(ARGV[1])
-local out, at = {}, 0
+local out = {}
 for i, call in ipairs(plan) do
   local keys = {}
-  for j = 1, call[2] do keys[j] = KEYS[at + j] end
-  at = at + call[2]
+  for j, at in ipairs(call[2]) do keys[j] = KEYS[at] end
   local ok, result = pcall(handlers[call[1]], keys, call[3])
   if not ok then
     result = {err = type(result) == 'table' and tostring(result.err) or tostring(result)}
@@ -212,6 +233,10 @@ for i, call in ipairs(plan) do
     result = false
   end
   out[i] = result
+end
+for _, channel in ipairs(channels) do
+  redis.call('PUBLISH', channel,
+    sender[channel] .. SEP .. '[' .. table.concat(published[channel], ',') .. ']')
 end
 return cjson.encode(out)
 """

@@ -178,14 +178,17 @@ class SharedTracking:
         done: Done | None = None,
     ) -> None:
         """One call of a fleet script (gateway.feedback.fleet_scripts), its arguments as one
-        JSON document, queued for the store; `done` counts what the store granted."""
-        self.store.enqueue(Operation(script, keys, (json.dumps(arguments),), done))
+        object (encoded with the batch it goes in), queued for the store; `done` counts what
+        the store granted."""
+        self.store.enqueue(Operation(script, keys, arguments, done))
 
     def hints(self, route: str, tools: dict[str, Any]) -> None:
         """What a `tools/list` here said of `route`'s tools that this replica did not know
         (gateway.mcp.tool_hints), for every other replica's book."""
         event = {"op": "hints", "from": self.store.replica, "route": route, "tools": tools}
-        self.store.enqueue(Operation("publish", (self.store.keys.events,), (json.dumps(event),)))
+        text = json.dumps(event)  # published as it is, not decoded in Redis
+        argument = {"event": text, "from": self.store.replica}
+        self.store.enqueue(Operation("publish", (self.store.keys.events,), argument))
 
     # -- what the others send --------------------------------------------------------------
 

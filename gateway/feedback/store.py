@@ -5,7 +5,8 @@ Nothing here runs on a request's critical path. The request path appends an `Ope
 Lua script's keys and arguments, gateway.feedback.shared) to a bounded queue and returns; one
 task per process sends the queue in batches of up to `BATCH`, each one EVALSHA of the batch
 script, bounded by `fleet.timeout_ms`. Another task holds the subscription to the events
-channel and hands each event of another process to a callback.
+channel (one message a batch, gateway.feedback.fleet_scripts) and hands each event of another
+process to a callback.
 
 When Redis is slow or gone, a call past the timeout marks the store down: the request path
 is never touched; the queue keeps what it cannot send (at most `fleet.queue_max`, the oldest
@@ -59,11 +60,13 @@ Done = Callable[[Any], None]
 
 @dataclass(frozen=True, slots=True)
 class Operation:
-    """One script call waiting to be sent, and what to do with its result."""
+    """One script call waiting to be sent, and what to do with its result. `argument` is
+    encoded when its batch is (JSON: strings, numbers, booleans, None, lists, dicts), not
+    on the request path."""
 
     script: str
     keys: tuple[str, ...]
-    args: tuple[str | int | float, ...]
+    argument: dict[str, Any]
     done: Done | None = None
 
 
@@ -210,13 +213,22 @@ class FleetStore:
     async def _run(self, batch: list[Operation]) -> list[Any]:
         """One EVALSHA of the batch script for the whole batch (gateway.feedback.fleet_scripts
         .batch_script); a server without it (a restarted Redis) has it loaded and the call
-        sent again, once, within the same bound."""
+        sent again, once, within the same bound. Keys go once each, named by their place:
+        redis-py packs a command's arguments one by one on the event loop, and five of an
+        operation's keys are the same for every operation."""
         keys: list[str] = []
+        slots: dict[str, int] = {}
         plan: list[list[Any]] = []
         for operation in batch:
-            plan.append([operation.script, len(operation.keys), list(operation.args)])
-            keys.extend(operation.keys)
-        raw = await self.bounded(self._batch(keys, json.dumps(plan)))
+            named = []
+            for key in operation.keys:  # each key once: most are every operation's
+                slot = slots.get(key)
+                if slot is None:
+                    keys.append(key)
+                    slot = slots[key] = len(keys)
+                named.append(slot)
+            plan.append([operation.script, named, operation.argument])
+        raw = await self.bounded(self._batch(keys, json.dumps(plan, default=str)))
         try:
             answered = json.loads(raw)
         except (TypeError, ValueError):
@@ -334,14 +346,23 @@ class FleetStore:
                     await closing()
 
     def _deliver(self, data: object) -> None:
+        """One batch's events, in order, after its sender's id; this process's own batches
+        are dropped unread (it has their events), and its own events in a batch for every
+        replica too."""
         if not isinstance(data, str) or self._on_event is None:
             return
+        sender, _, body = data.partition(SEP)
+        if sender == self.replica:
+            return
         try:
-            event = json.loads(data)
+            events = json.loads(body)
         except ValueError:
             return
-        if isinstance(event, dict) and event.get("from") != self.replica:
-            self._on_event(event)
+        if not isinstance(events, list):
+            return
+        for event in events:
+            if isinstance(event, dict) and event.get("from") != self.replica:
+                self._on_event(event)
 
 
 def sha1_of(text: str) -> str:

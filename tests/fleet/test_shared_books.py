@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook
 from gateway.feedback.shared import OUTCOMES, SharedTracking
 from gateway.feedback.signatures import SignatureBook
-from gateway.feedback.store import FleetStore
+from gateway.feedback.store import SEP, FleetStore
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.fleet import RedisServer
 from tests.support.ports import free_port
@@ -103,6 +104,65 @@ async def test_a_failure_opened_on_one_replica_is_followed_up_on_the_other(
         "mendpoint_followups_total", route="orders", code="BAD_REQUEST", outcome="recovered"
     )
     assert after - before == 1  # Prometheus: the one replica whose claim won
+
+
+async def test_a_batch_of_failures_is_one_message_on_the_events_channel(
+    replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
+) -> None:
+    """Failures queued together go in one batch and reach the channel as one message, their
+    events in order after the sender's id; the other replica applies every one of them."""
+    import redis.asyncio as aioredis
+
+    (a, shared_a, _), (b, _, _) = await replicas(), await replicas()
+    listener = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
+    pubsub = listener.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(shared_a.store.keys.events)
+    try:
+        for n in range(5):  # no await between them: one queue, one flush
+            a.settle(attempt(f"batch-{n}"), BAD, f"req-{n}", None)
+        await until(lambda: all(b.pending(f"batch-{n}") is not None for n in range(5)))
+        messages = await published(pubsub)
+        assert len(messages) == 1
+        sender, _, body = messages[0].partition(SEP)
+        assert sender == shared_a.store.replica  # A drops it unread
+        events = json.loads(body)
+        assert [e["entry"]["request_id"] for e in events] == [f"req-{n}" for n in range(5)]
+        assert {e["from"] for e in events} == {shared_a.store.replica}
+    finally:
+        closing: Callable[[], Awaitable[None]] = pubsub.aclose  # unannotated in redis-py
+        await closing()
+        await listener.aclose()
+
+
+async def test_a_close_the_store_makes_of_its_own_reaches_the_sender_too(
+    replicas: Callable[..., Awaitable[Replica]],
+) -> None:
+    """A success heard of before the failure it follows: the store settles the failure as
+    it opens it and tells every replica, the one that opened it included (`from` empty, and
+    the message sent with no sender: the opener reads it)."""
+    (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
+    started = time.monotonic()
+    b.settle(attempt("k-early", "fixed", started + 0.05), OK, "req-2", None)
+    await until(lambda: shared_b.store.waiting == 0)
+    a.settle(attempt("k-early", started=started), BAD, "req-1", None)
+    assert a.held_bytes > 0
+    await until(lambda: a.held_bytes == 0, timeout_s=WINDOW_S / 2)  # before the window ends
+    row = (await settled_rows(shared_a))["BAD_REQUEST"]
+    assert (row["failures"], row["recovered"]) == (1, 1)
+
+
+async def published(pubsub: Any, quiet_s: float = 0.3) -> list[str]:
+    """What the channel carried until it was quiet for `quiet_s` (a subscription's own
+    confirmation is read as None, and skipped)."""
+    texts: list[str] = []
+    deadline = time.monotonic() + patience(5)
+    while time.monotonic() < deadline:
+        message = await pubsub.get_message(timeout=quiet_s)
+        if message is None and texts:
+            return texts
+        if message is not None and message["type"] == "message":
+            texts.append(message["data"])
+    return texts
 
 
 async def test_two_replicas_settling_one_failure_count_one_outcome(

@@ -5,7 +5,10 @@ config through the real loader, and every PromQL metric against what the gateway
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from examples.fleet_demo import HAPROXY
 from gateway.cli.parser import build_parser
 from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.loader import load_catalog, load_config
@@ -23,7 +27,9 @@ from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_
 from gateway.config.session_keys import MIN_KEY_CHARS
 from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import REGISTRY
+from tests.support.fleet import program, wait_port
 from tests.support.paths import DEPLOY
+from tests.support.ports import free_port
 
 MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 K8S_VERSION = "1.30.0"
@@ -156,11 +162,11 @@ def test_no_shipped_admin_listener_is_open_to_others() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert "MENDPOINT_ADMIN" not in dockerfile.split("ENV ", 1)[1].split("EXPOSE")[0]
     assert DEFAULT_ADMIN.startswith("127.0.0.1:")
-    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["mendpoint"]
-    assert "MENDPOINT_ADMIN" not in compose.get("environment", {})
-    assert not [p for p in compose.get("ports", []) if p.endswith(":8491")]
-    compose_config = yaml.safe_load((DEPLOY / "compose" / "gateway.yaml").read_text())
-    assert compose_config.get("admin", DEFAULT_ADMIN) == DEFAULT_ADMIN
+    for service in gateway_services().values():
+        assert "MENDPOINT_ADMIN" not in service.get("environment", {})
+        assert not [p for p in service.get("ports", []) if p.endswith(":8491")]
+        compose_config = yaml.safe_load(config_volume(service).read_text())
+        assert compose_config.get("admin", DEFAULT_ADMIN) == DEFAULT_ADMIN
     checked = 0
     for name, deployment in objects("Deployment").items():
         for container in containers(deployment):
@@ -338,20 +344,180 @@ def test_dockerfile_is_multi_stage_non_root_with_healthcheck() -> None:
         assert (DEPLOY.parent / copied).exists(), copied
 
 
+def compose_services() -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = yaml.safe_load(
+        (DEPLOY / "docker-compose.yml").read_text()
+    )["services"]
+    return services
+
+
+def gateway_services() -> dict[str, dict[str, Any]]:
+    """The compose services that run `mendpoint serve`, whatever their profile."""
+    return {
+        name: service
+        for name, service in compose_services().items()
+        if service.get("command", [""])[0] == "serve"
+    }
+
+
+def config_volume(service: dict[str, Any]) -> Path:
+    """The file a gateway service mounts where its --config points."""
+    command = service["command"]
+    target = command[command.index("--config") + 1]
+    (source,) = [v.split(":")[0] for v in service["volumes"] if v.split(":")[1] == target]
+    return DEPLOY / str(source)
+
+
 def test_compose_file_references_real_files_and_valid_commands() -> None:
-    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-    services = compose["services"]
-    assert set(services) == {"demo", "mendpoint"}
+    services = compose_services()
+    default = {name for name, service in services.items() if "profiles" not in service}
+    assert default == {"demo", "mendpoint"}  # `docker compose up` runs what it always did
     build = services["demo"]["build"]
     assert (DEPLOY / build["context"] / build["dockerfile"]).exists()
     assert (DEPLOY.parent / "examples" / "demo_api.py").exists()
-    gateway = services["mendpoint"]
-    parses(gateway["command"])
-    for volume in gateway["volumes"]:
-        source, target = volume.split(":")[:2]
-        assert (DEPLOY / source).exists(), source
-        if target == gateway["command"][-1]:
-            assert load_config(str(DEPLOY / source)).rules
+    gateways = gateway_services()
+    assert set(gateways) == {"mendpoint", "replica-a", "replica-b"}
+    for name, gateway in gateways.items():
+        parses(gateway["command"])
+        for volume in gateway["volumes"]:
+            assert (DEPLOY / volume.split(":")[0]).exists(), (name, volume)
+    assert load_config(str(config_volume(services["mendpoint"]))).rules
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            assert (DEPLOY / volume.split(":")[0]).exists(), volume
+
+
+# The compose file's `fleet` profile: what `make fleet-demo` runs (docs/operations.md#fleet).
+FLEET_PROFILE = {"redis", "replica-a", "replica-b", "front"}
+COMPOSE_SECRETS = "/run/secrets/"  # where compose mounts a service's secrets
+
+
+def test_the_fleet_profile_publishes_only_its_front_on_loopback() -> None:
+    services = compose_services()
+    fleet = {name for name, s in services.items() if "fleet" in s.get("profiles", [])}
+    assert fleet == FLEET_PROFILE
+    published = {name: services[name]["ports"] for name in fleet if "ports" in services[name]}
+    assert list(published) == ["front"]  # not the store, not a replica's relay port
+    (front,) = published["front"]
+    host, port, _ = front.split(":")
+    assert host == "127.0.0.1"
+    # `--profile fleet up` runs the default services too: the front takes a port of its own.
+    assert port not in {p.split(":")[1] for p in services["mendpoint"]["ports"]}
+
+
+def test_each_replica_loads_its_fleet_config_with_the_compose_secrets(tmp_path: Path) -> None:
+    """The store is the compose service, the password and session key are secrets the replica
+    mounts (taken from the environment: nothing secret in the repository), the relay port is
+    8492, and the real loader accepts the config with the secrets where compose puts them."""
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services, declared = compose["services"], compose["secrets"]
+    replicas = {name: services[name] for name in ("replica-a", "replica-b")}
+    assert replicas["replica-a"] == replicas["replica-b"]  # one definition, two containers
+    for name, service in replicas.items():
+        config = yaml.safe_load(config_volume(service).read_text())
+        fleet = config["fleet"]
+        assert fleet["redis"].partition("://")[2].partition(":")[0] == "redis"
+        sessions = fleet["sessions"]
+        mounted = {COMPOSE_SECRETS + secret for secret in service["secrets"]}
+        assert {fleet["password_file"], sessions["key_file"]} == mounted
+        assert all(set(declared[secret]) == {"environment"} for secret in service["secrets"])
+        listen = parse_host_port(service["environment"]["MENDPOINT_LISTEN"])[1]
+        assert parse_host_port(sessions["listen"])[1] == 8492 != listen
+        files = {}
+        for secret in service["secrets"]:
+            (tmp_path / secret).write_text(OPERATOR_TOKEN + "\n")
+            files[COMPOSE_SECRETS + secret] = str(tmp_path / secret)
+        fleet = fleet | {
+            "password_file": files[fleet["password_file"]],
+            "sessions": sessions | {"key_file": files[sessions["key_file"]]},
+        }
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config | {"fleet": fleet}))
+        loaded = load_config(str(path))
+        assert loaded.rules and loaded.fleet_password == OPERATOR_TOKEN
+        assert loaded.config.fleet is not None and loaded.config.fleet.sessions is not None
+
+
+def section(text: str, header: str) -> list[str]:
+    """The lines of an HAProxy config section, without comments."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line and not line[0].isspace():
+            inside = line.strip() == header
+        elif inside and line.strip() and not line.strip().startswith("#"):
+            lines.append(line.strip())
+    return lines
+
+
+def test_the_front_balances_the_replicas_as_fleet_demo_does() -> None:
+    """HAProxy's own check accepts the config (the replicas' names resolve at run time), its
+    servers are the two replicas' traffic ports, and it balances as `make fleet-demo` does:
+    every request anew, round-robin."""
+    services = compose_services()
+    front = services["front"]
+    (volume,) = front["volumes"]
+    source, target = volume.split(":")[:2]
+    assert target == "/usr/local/etc/haproxy/haproxy.cfg"  # where the official image reads it
+    checked = subprocess.run(
+        [program("haproxy"), "-c", "-f", str(DEPLOY / source)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    text = (DEPLOY / source).read_text()
+    replicas = {n: s for n, s in services.items() if n.startswith("replica-")}
+    ports = {
+        n: parse_host_port(s["environment"]["MENDPOINT_LISTEN"])[1] for n, s in replicas.items()
+    }
+    servers = [
+        line.split()[2] for line in section(text, "backend replicas") if line.startswith("server ")
+    ]
+    assert sorted(servers) == sorted(f"{name}:{port}" for name, port in ports.items())
+    assert set(front["depends_on"]) == set(replicas)
+    (bind,) = [line for line in section(text, "frontend fleet") if line.startswith("bind ")]
+    assert bind == f"bind :{front['ports'][0].rpartition(':')[2]}"
+    assert section(text, "defaults") == section(HAPROXY, "defaults")
+    assert "balance roundrobin" in section(text, "backend replicas")
+
+
+def test_the_store_keeps_nothing_on_disk_and_answers_only_with_its_password(
+    tmp_path: Path,
+) -> None:
+    """The redis service's own command, run with Debian's redis-server: the password comes
+    from the secret's file (never on a command line), nothing is saved."""
+    import redis as redis_py
+
+    service = compose_services()["redis"]
+    assert service["entrypoint"] == ["sh", "-c"] and service["secrets"] == ["fleet_redis_password"]
+    (script,) = service["command"]
+    assert f"{COMPOSE_SECRETS}fleet_redis_password" in script and OPERATOR_TOKEN not in script
+    (tmp_path / "fleet_redis_password").write_text(OPERATOR_TOKEN)
+    port = free_port()
+    local = (
+        script.replace("$$", "$")  # compose's escape of a literal $
+        .replace(COMPOSE_SECRETS, f"{tmp_path}/")
+        .replace("exec redis-server", f"exec {program('redis-server')}")
+        .replace("--port 6379", f"--port {port} --bind 127.0.0.1")
+    )
+    server = subprocess.Popen(
+        ["sh", "-c", local],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # sh and the redis-server it starts: one group to stop
+    )
+    try:
+        wait_port(port)
+        with pytest.raises(redis_py.AuthenticationError):
+            redis_py.Redis(port=port).ping()
+        client = redis_py.Redis(port=port, password=OPERATOR_TOKEN, decode_responses=True)
+        assert client.ping() is True
+        assert client.config_get("save") == {"save": ""}
+        assert client.config_get("appendonly") == {"appendonly": "no"}
+        client.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+    assert not list(tmp_path.glob("*.rdb")) and not list(tmp_path.glob("appendonly*"))
 
 
 # What a process needs past drain + grace to close what is left and exit (a supervisor's
@@ -415,11 +581,10 @@ def compose_seconds(duration: str) -> float:
 def test_compose_waits_out_the_drain() -> None:
     """`docker compose stop` kills after 10 s unless told otherwise; the gateway's drain takes
     up to drain_delay_s + grace_s."""
-    service = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["mendpoint"]
-    (volume,) = [v for v in service["volumes"] if v.split(":")[1] == service["command"][-1]]
-    shutdown = shutdown_of((DEPLOY / volume.split(":")[0]).read_text())
-    drain = shutdown.drain_delay_s + shutdown.grace_s
-    assert compose_seconds(service["stop_grace_period"]) >= drain + EXIT_MARGIN_S
+    for name, service in gateway_services().items():
+        shutdown = shutdown_of(config_volume(service).read_text())
+        drain = shutdown.drain_delay_s + shutdown.grace_s
+        assert compose_seconds(service["stop_grace_period"]) >= drain + EXIT_MARGIN_S, name
 
 
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
