@@ -26,6 +26,7 @@ test, on a text without the lower-case hint it needs (`Rule`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -127,9 +128,14 @@ LONG_WORD = 20
 class Rule:
     """A shipped pattern and the lower-case texts one of which it needs to match at all: a
     text holding none of them skips it for a substring test (a regex scan costs 10-100 times
-    more), which keeps the step cheap on the many messages with no secret."""
+    more), which keeps the step cheap on the many messages with no secret.
 
-    pattern: regex.Pattern[str]
+    The pattern is compiled the first time a text holding one of its hints needs it, once per
+    process: compiling all of them cost every gateway process ~35 ms of CPU at import (the
+    `regex` module parses in Python), and most processes never see most hints.
+    """
+
+    source: str
     hints: tuple[str, ...]
     lines: bool = False
     """Only for a text of several lines."""
@@ -138,6 +144,11 @@ class Rule:
     one, and most messages have none, so their format hints are not even looked for."""
     requires: str = ""
     """Lower-case text it needs as well as a hint (a URL's userinfo needs `://` and `@`)."""
+
+    @property
+    def pattern(self) -> regex.Pattern[str]:
+        """The compiled pattern (`_compiled`: the same object for every use)."""
+        return _compiled(self.source)
 
     def holds(self, value: str, lowered: str) -> bool:
         """Whether this rule can match in `value` (`lowered` is its lower-cased form)."""
@@ -148,13 +159,19 @@ class Rule:
         )
 
 
+@functools.cache
+def _compiled(source: str) -> regex.Pattern[str]:
+    compiled: regex.Pattern[str] = regex.compile(source)
+    return compiled
+
+
 def _rules() -> tuple[Rule, ...]:
     """Every shipped pattern, in the order run; a match's `secret` group is masked, or all of
     it when the pattern has none."""
     rules = [
         # PEM private key blocks, whole (to the end of the text when the END line is missing).
         Rule(
-            regex.compile(
+            (
                 r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
                 r"(?:-----END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?-----|$)"
             ),
@@ -162,7 +179,7 @@ def _rules() -> tuple[Rule, ...]:
         ),
         # Webhook URLs whose path is the credential.
         Rule(
-            regex.compile(
+            (
                 r"(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
                 r"discord(?:app)?\.com/api/webhooks)/(?P<secret>[\w\-+/]{20,})"
             ),
@@ -170,7 +187,7 @@ def _rules() -> tuple[Rule, ...]:
         ),
         # A URL's userinfo: the password of user:password@, or a long token standing alone.
         Rule(
-            regex.compile(
+            (
                 r"(?i)(?<=\b[a-z][a-z0-9+.\-]{1,20})://(?:[^\s/?#@:\"'<>]{0,256}:"
                 r"(?P<secret>[^\s/?#\"'<>]{1,256})|(?P<secret>[\w\-.~%]{20,256}))@"
             ),
@@ -181,7 +198,7 @@ def _rules() -> tuple[Rule, ...]:
         # case inside it; an English word after "token" ("CSRF token missing.", "the security
         # token included in …") has neither, and the messages that say so must stay whole.
         Rule(
-            regex.compile(
+            (
                 rf"(?i)\b(?:{_SCHEMES})\s+(?P<secret>(?-i:(?=[A-Za-z0-9._~+/=\-]{{0,200}}"
                 r"(?:[0-9]|[a-z][A-Z]))[A-Za-z0-9._~+/=\-]{8,}))"
             ),
@@ -190,7 +207,7 @@ def _rules() -> tuple[Rule, ...]:
     ]
     # Issued credential formats, wherever they stand.
     rules.extend(
-        Rule(regex.compile(rf"(?a)(?<![\w\-]){body}(?![\w\-])"), hints, long_word=True)
+        Rule(rf"(?a)(?<![\w\-]){body}(?![\w\-])", hints, long_word=True)
         for hints, body in TOKEN_FORMATS
     )
     for hint, name in NAME_GROUPS:
@@ -201,14 +218,14 @@ def _rules() -> tuple[Rule, ...]:
             r"(?im)(?<=(?:^|\n)[ \t]*(?:-[ \t]+|export[ \t]+)?[\"']?[\w\-.]{0,40})"
             rf"(?:{name})[\w\-.]{{0,40}}+{_SEPARATOR}(?P<secret>[^\s\"'\[{{|>\\][^\r\n]*)"
         )
-        rules.append(Rule(regex.compile(line_start), (hint,), lines=True))
+        rules.append(Rule(line_start, (hint,), lines=True))
         # Anywhere: the name, up to two words ("API key provided"), a separator, an
         # authorization scheme if there is one, and the value.
         pair = (
             rf"(?i)(?:{name})[\w\-.]{{0,40}}+(?:[ \t]+[\w\-.]{{1,20}}+){{0,2}}?{_SEPARATOR}"
             rf"(?:(?:{_SCHEMES})[ \t]+)?(?:{_VALUE})"
         )
-        rules.append(Rule(regex.compile(pair), (hint,)))
+        rules.append(Rule(pair, (hint,)))
     return tuple(rules)
 
 

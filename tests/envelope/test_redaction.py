@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.classify.redact import MASK, Redactor
+from gateway.classify.redact import BUILTIN, MASK, Redactor
 from gateway.config.models import RedactionSpec
 from gateway.enrich.envelope import FailureFacts, render
 from gateway.failure import NO_RECOVERY, Category, Failure, FieldError, Mode
@@ -342,3 +342,12 @@ def test_hostile_text_is_redacted_within_the_time_limit(text: str) -> None:
     text; each of these is read in time linear in its length."""
     assert REDACTOR.text(text) != MASK
     assert copied(text) != MASK
+
+
+def test_every_shipped_pattern_compiles_and_once() -> None:
+    """Each is compiled when a text first needs it (`redact.Rule.pattern`), not at import:
+    every one must compile, and every use gets the same compiled pattern."""
+    assert len(BUILTIN.rules) > 40
+    for rule in BUILTIN.rules:
+        assert rule.pattern.pattern == rule.source
+        assert rule.pattern is rule.pattern
