@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config.patterns import LiteralPattern, compile_regex
+from gateway.config.patterns import LiteralPattern, PrefilteredPattern, compile_regex
 
 WORDS = st.text(alphabet="abcjsonhtmlxml/-;=_:", max_size=12)  # no metacharacters
 
@@ -27,3 +28,19 @@ def test_a_literal_finds_what_regex_finds(pattern: str, text: str) -> None:
     if found is not None:
         assert found.groupdict() == {}
     assert compiled.groupindex == regex.compile(pattern).groupindex
+
+
+def test_a_pattern_compiles_when_first_used_and_a_bad_one_raises_then() -> None:
+    """Compiled on first use (no start pays for rules it never reaches); the validation's
+    `groupindex` is a use, so a user's bad regex still fails the load (test_config_errors)."""
+    bad = compile_regex("(unclosed-lazily")
+    assert isinstance(bad, PrefilteredPattern)
+    with pytest.raises(regex.error):
+        bad.search("unclosed-lazily x")
+    with pytest.raises(regex.error):
+        _ = bad.groupindex
+    good = compile_regex(r"(?P<code>E[A-Z]+)\b")
+    assert good.groupindex == {"code": 1}
+    assert good.compiled is good.compiled  # compiled once
+    found = good.search("errno ENOENT here")
+    assert found is not None and found.group("code") == "ENOENT"
