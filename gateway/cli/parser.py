@@ -228,9 +228,12 @@ def _config_source(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.cli.serve_command import run_serve
+    from gateway.serve import process_tuning
 
-    return run_serve(args)
+    with process_tuning.starting():  # the collector rests until the listeners are up
+        from gateway.cli.serve_command import run_serve
+
+        return run_serve(args)
 
 
 def _gaps(args: argparse.Namespace) -> int:

@@ -77,6 +77,7 @@ def run_serve(args: argparse.Namespace) -> int:
             print("mendpoint serve: --workers above 1 needs Linux (SO_REUSEPORT)", file=sys.stderr)
             return EXIT_USAGE
         require_c_parser()  # refuse before any worker starts, as a single gateway would
+        process_tuning.resume()  # the supervisor never reaches settle()
         argv = [sys.executable, "-m", "gateway"]
         if args.log_level:
             argv += ["--log-level", args.log_level]
