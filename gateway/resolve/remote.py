@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import ssl
-import time
-from collections import OrderedDict
-from dataclasses import dataclass
 
 import aiohttp
 from pydantic import ValidationError
 
+from gateway.resolve.breaker import (
+    CacheKey,
+    CircuitBreaker,
+    CircuitOpen,
+    ResolverUnavailable,
+    TTLCache,
+)
 from gateway.resolve.local import ResolveQuery
 from gateway.resolve.wire import (
     ResolveRequest,
@@ -30,84 +34,6 @@ from gateway.resolve.wire import (
 from gateway.text.capped_read import read_capped
 
 MAX_RESPONSE_BYTES = 256 * 1024
-
-
-class ResolverUnavailable(Exception):
-    """The remote resolver could not give a valid answer (or its circuit is open)."""
-
-
-class CircuitOpen(ResolverUnavailable):
-    """The breaker is open: the resolver was not called at all."""
-
-
-class CircuitBreaker:
-    """Opens after `threshold` consecutive failures; after `cooldown_s` lets one call probe."""
-
-    def __init__(self, threshold: int, cooldown_s: float) -> None:
-        self.threshold = threshold
-        self.cooldown_s = cooldown_s
-        self.failures = 0
-        self.opened_at: float | None = None
-
-    def allow(self) -> bool:
-        if self.opened_at is None:
-            return True
-        if time.monotonic() - self.opened_at >= self.cooldown_s:
-            self.opened_at = time.monotonic()  # half-open: one probe per cool-down
-            return True
-        return False
-
-    @property
-    def open(self) -> bool:
-        return self.opened_at is not None
-
-    def success(self) -> None:
-        self.failures = 0
-        self.opened_at = None
-
-    def failure(self) -> None:
-        self.failures += 1
-        if self.failures >= self.threshold:
-            self.opened_at = time.monotonic()
-
-
-CacheKey = tuple[str, str, str, str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class CachedAnswer:
-    options: tuple[WireOption, ...]
-    expires: float
-
-
-class TTLCache:
-    """A small LRU with expiry: at most `size` entries, each valid for `ttl_s`."""
-
-    def __init__(self, size: int, ttl_s: float) -> None:
-        self.size = size
-        self.ttl_s = ttl_s
-        self._entries: OrderedDict[CacheKey, CachedAnswer] = OrderedDict()
-
-    def get(self, key: CacheKey) -> tuple[WireOption, ...] | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if entry.expires < time.monotonic():
-            del self._entries[key]
-            return None
-        self._entries.move_to_end(key)
-        return entry.options
-
-    def put(self, key: CacheKey, options: tuple[WireOption, ...]) -> None:
-        if self.size <= 0 or self.ttl_s <= 0:
-            return
-        self._entries[key] = CachedAnswer(options, time.monotonic() + self.ttl_s)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 class RemoteResolver:

@@ -12,22 +12,20 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
+from gateway.resolve.breaker import CircuitBreaker, CircuitOpen, ResolverUnavailable, TTLCache
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery, resolve_locally
-from gateway.resolve.remote import (
-    CircuitBreaker,
-    CircuitOpen,
-    RemoteResolver,
-    ResolverUnavailable,
-    TTLCache,
-)
 from gateway.telemetry.metrics import RESOLVER_LATENCY, ResolverOutcome, count_resolution
 from gateway.telemetry.reporters import GapReporter
 from gateway.telemetry.tracing import note_resolution
+
+if TYPE_CHECKING:
+    from gateway.resolve.remote import RemoteResolver
 
 log = logging.getLogger("mendpoint.resolve")
 _NO_TIMER = contextlib.nullcontext()
@@ -60,6 +58,10 @@ class RecoveryService:
         spec = loaded.config.resolver
         remote = None
         if spec.url is not None:
+            # Only here: a gateway without a resolver never imports the HTTP client
+            # (gateway.resolve.breaker says why).
+            from gateway.resolve.remote import RemoteResolver
+
             if spec.tls is not None and spec.tls.insecure:
                 log.warning(
                     "resolver %s: TLS certificates are NOT verified (resolver.tls.insecure: "

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from aiohttp import web
-
 if TYPE_CHECKING:
+    from aiohttp import web  # a type only: the resolver and stdio need no aiohttp (breaker.py)
+
     from gateway.telemetry.span_pipe import SpanPipe
     from gateway.telemetry.spans import ExchangeTrace
 

@@ -281,3 +281,30 @@ def test_a_broken_config_fails_the_command_even_after_its_server_has_exited(
     )
     assert done.returncode == 1
     assert f"{config}:3: listen" in done.stderr.decode()
+
+
+def test_a_session_without_a_resolver_never_imports_the_http_client(tmp_path: Path) -> None:
+    """aiohttp is the remote resolver's client only (gateway/resolve/breaker.py): a stdio
+    session that upgrades a failure, with the embedded config (no `resolver.url`), never
+    imports it, about 0.1 s of CPU its config load would spend beside the server's start."""
+    pid_file = tmp_path / "pid"
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('aiohttp' in sys.modules, file=sys.stderr))\n"
+        "from gateway.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    lines = b"".join(json.dumps(m).encode() + b"\n" for m in (INIT, call(1, "read", {})))
+    server = [sys.executable, "-c", SERVER, str(pid_file)]
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--log-level", "warning", "stdio", "--", *server],
+        input=lines,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [0, 1], done.stderr
+    assert answers[1]["result"]["isError"] is True
+    assert "FILE_NOT_FOUND" in json.dumps(answers[1])  # upgraded by the enrichment step
+    assert done.stderr.decode().split()[-1] == "False"

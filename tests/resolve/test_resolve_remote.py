@@ -11,9 +11,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.failure import Category
+from gateway.resolve.breaker import CircuitBreaker, ResolverUnavailable, TTLCache
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery
-from gateway.resolve.remote import CircuitBreaker, RemoteResolver, ResolverUnavailable, TTLCache
+from gateway.resolve.remote import RemoteResolver
 from gateway.resolve.server import build_resolver_app
 from gateway.resolve.service import RecoveryService
 from tests.support.catalog import CATALOG
