@@ -44,9 +44,10 @@ def read_config(path: str | None) -> StdioConfig:
     are loaded later, in a thread, from the same text."""
     from gateway.config.relay_limits import RelayLimits, early_limits
     from gateway.mcp.stdio_start import StdioConfig
+    from gateway.serve.process_tuning import starting
 
     if path is None:
-        return StdioConfig(RelayLimits(), _embedded)
+        return StdioConfig(RelayLimits(), _embedded, starting)
     from gateway.config.yamlsrc import read_yaml
 
     doc = read_yaml(path)
@@ -56,7 +57,7 @@ def read_config(path: str | None) -> StdioConfig:
 
         return load_config(path, doc)
 
-    return StdioConfig(early_limits(doc.data), load)
+    return StdioConfig(early_limits(doc.data), load, starting)
 
 
 def _embedded() -> LoadedConfig:
