@@ -10,6 +10,7 @@ from typing import Any
 
 from bench import mcp_bench
 from bench.baseline import base_name, revision_of
+from bench.systems import FLEET, LOG_OFF, TRACED
 
 COLUMNS = (
     "direct",
@@ -33,9 +34,7 @@ MCP_NAMES = {
     "mendpoint-additive": "additive",
     "mendpoint-bridge": "bridge",
 }
-LOG_OFF = "mendpoint-additive[log-off]"
 ADDITIVE = "mendpoint-additive"
-TRACED = "mendpoint-additive+trace"
 TIMES = "\u00d7"  # the multiplication sign, kept out of literals for the linter
 Medians = dict[str, dict[str, dict[str, Any]]]
 
@@ -369,6 +368,10 @@ def earlier_targets(results: dict[str, Any]) -> list[Target]:
             ">=",
             0.9,
         ),
+        # A fleet store (docs/operations.md#fleet): the success path unchanged within this
+        # machine's noise (about ±10 %), the error path at least 0.9 times the store off.
+        ("success throughput, fleet store on / off", r("ok-32", FLEET, add), ">=", 0.9),
+        ("error path throughput, fleet store on / off", r("error-32", FLEET, add), ">=", 0.9),
     ]
     out: list[Target] = []
     for name, value, op, limit in rows:

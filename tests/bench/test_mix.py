@@ -80,3 +80,22 @@ def test_the_other_success_rows_are_held_against_the_baseline_twin() -> None:
     assert report.success_regression({"ok-1": {"mendpoint-additive": {"p50_ms": 0.2}}}) is None
     rows = {name: met for name, _, _, _, met in report.targets({"medians": medians})}
     assert rows[next(k for k in rows if k.startswith("success path, every other row"))] is True
+
+
+def test_the_fleet_rows_hold_the_store_against_the_same_gateway_without_it() -> None:
+    medians = {
+        "ok-32": {
+            "mendpoint-additive": {"rps": 1000.0},
+            "mendpoint-additive[fleet]": {"rps": 950.0},
+        },
+        "error-32": {
+            "mendpoint-additive": {"rps": 500.0},
+            "mendpoint-additive[fleet]": {"rps": 400.0},
+        },
+    }
+    rows = {
+        name: (value, met)
+        for name, _, _, value, met in report.earlier_targets({"medians": medians})
+    }
+    assert rows["success throughput, fleet store on / off"] == (pytest.approx(0.95), True)
+    assert rows["error path throughput, fleet store on / off"] == (pytest.approx(0.8), False)
