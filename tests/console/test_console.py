@@ -303,7 +303,10 @@ async def test_try_a_rule_shows_what_mendpoint_explain_prints(
     await browser.set_value("textarea[name=headers]", "Content-Type: application/json")
     await browser.set_value("textarea[name=body]", body)
     await browser.click("#explain")
-    await browser.wait_for("return document.querySelector('#result') !== null;")
+    # The form's page already has an empty #result: wait for the answer's page to fill it.
+    await browser.wait_for(
+        "const r = document.querySelector('#result'); return !!r && r.children.length > 0;"
+    )
     assert await browser.count("#explain-text") == 1, await browser.text("#result")
     await shot(browser, "try", at="#result")
 
