@@ -12,7 +12,6 @@ import asyncio
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -21,10 +20,9 @@ import yaml
 from aiohttp import web
 
 from gateway.serve import workers
-from tests.support.gateway import StartGateway, StartUpstream, route_config, supervised
+from tests.support.gateway import StartGateway, StartUpstream, route_config, supervised, wait_ready
 from tests.support.paths import REPO
 from tests.support.ports import free_port
-from tests.support.waits import patience
 
 
 def has_ipv6_loopback() -> bool:
@@ -74,23 +72,6 @@ async def test_one_gateway_on_any_ipv6_serves_both_families(
     assert seen == ["127.0.0.1", "::1"]
 
 
-def text_of(log: Path) -> str:
-    return log.read_text(errors="replace")
-
-
-async def wait_for(url: str, process: asyncio.subprocess.Process, log: Path) -> None:
-    deadline = time.monotonic() + patience(30)
-    while time.monotonic() < deadline:
-        assert process.returncode is None, text_of(log)
-        try:
-            if await get(url) == 200:
-                return
-        except aiohttp.ClientConnectionError:
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{url} never answered:\n{text_of(log)}")
-
-
 @pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
 async def test_workers_and_their_supervisor_on_any_ipv6_serve_both_families(
     start_upstream: StartUpstream, tmp_path: Path
@@ -130,7 +111,8 @@ async def test_the_resolver_on_any_ipv6_serves_both_families(tmp_path: Path) -> 
             stderr=out,
         )
     try:
-        await wait_for(f"http://[::1]:{port}/healthz", process, log)
+        async with aiohttp.ClientSession() as session:
+            await wait_ready(session, f"http://[::1]:{port}/healthz", process, log, ready_s=30)
         headers = {"Authorization": f"Bearer {token}"}
         for client in CLIENTS:
             async with (

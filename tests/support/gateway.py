@@ -73,10 +73,18 @@ async def stop_process(process: asyncio.subprocess.Process) -> tuple[int, str]:
     return code, (await process.stderr.read()).decode()
 
 
-async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
-    """Until `url` (an admin listener's /readyz) answers 200 (20 s on a quiet machine)."""
-    deadline = time.monotonic() + patience(20)
+async def wait_ready(
+    session: aiohttp.ClientSession,
+    url: str,
+    process: asyncio.subprocess.Process | None = None,
+    log: Path | None = None,
+    ready_s: float = 20,
+) -> None:
+    """Until `url` (an admin listener's /readyz) answers 200 (`ready_s` on a quiet machine);
+    a `process` that exits first fails at once. Either failure shows the `log`."""
+    deadline = time.monotonic() + patience(ready_s)
     while time.monotonic() < deadline:
+        assert process is None or process.returncode is None, _text_of(log)
         try:
             async with session.get(url) as response:
                 if response.status == 200:
@@ -84,7 +92,11 @@ async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
         except aiohttp.ClientConnectionError:
             pass
         await asyncio.sleep(0.05)
-    raise AssertionError(f"{url} never became ready")
+    raise AssertionError(f"{url} never became ready\n{_text_of(log)}")
+
+
+def _text_of(log: Path | None) -> str:
+    return "" if log is None else log.read_text(errors="replace")
 
 
 @contextlib.asynccontextmanager
@@ -117,16 +129,8 @@ async def supervised(
             stderr=log,
         )
     try:
-        deadline = time.monotonic() + patience(ready_s)
         async with aiohttp.ClientSession() as session:
-            while True:
-                assert process.returncode is None, log_path.read_text()
-                with contextlib.suppress(aiohttp.ClientConnectionError):
-                    async with session.get(f"http://{admin}/readyz") as answer:
-                        if answer.status == 200:
-                            break
-                assert time.monotonic() < deadline, log_path.read_text()
-                await asyncio.sleep(0.05)
+            await wait_ready(session, f"http://{admin}/readyz", process, log_path, ready_s)
         yield process
     finally:
         if process.returncode is None:
