@@ -21,8 +21,9 @@ def test_a_port_in_use_is_skipped_and_the_next_ones_differ() -> None:
     picked = [ports.free_port() for _ in range(50)]
     assert len(set(picked)) == 50  # in turn: a port just released is not handed out again
     with socket.socket() as held:
-        held.bind(("127.0.0.1", picked[-1] + 1))
+        held.bind(("127.0.0.1", picked[-1] + 1))  # the next candidate unless the slice wraps
         held.listen()
+        assert not ports._unused(picked[-1] + 1)  # what the picker skips on
         assert ports.free_port() != picked[-1] + 1
 
 

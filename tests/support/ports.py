@@ -40,13 +40,13 @@ def _worker_slice() -> range:
     return range(start, start + width)
 
 
-def _candidates() -> Iterator[int]:
-    ports = _worker_slice()
+def _candidates(ports: range) -> Iterator[int]:
     offset = random.randrange(len(ports))  # two runs side by side rarely walk in step
     return (ports[(offset + i) % len(ports)] for i in itertools.count())
 
 
-_NEXT = _candidates()
+_SLICE = _worker_slice()
+_NEXT = _candidates(_SLICE)
 
 
 def _unused(port: int) -> bool:
@@ -61,7 +61,7 @@ def _unused(port: int) -> bool:
 def free_port() -> int:
     """A loopback port nothing listens on or connects from now, and none will take from the
     kernel's ephemeral pool (also a closed port: connecting to it is refused)."""
-    for port in itertools.islice(_NEXT, len(_worker_slice())):
+    for port in itertools.islice(_NEXT, len(_SLICE)):
         if _unused(port):
             return port
-    raise OSError(f"every loopback port in {_worker_slice()} is in use")
+    raise OSError(f"every loopback port in {_SLICE} is in use")
