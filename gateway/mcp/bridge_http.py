@@ -182,9 +182,9 @@ async def _exchange(
     for key, pending in requests_in(message):
         local.add(key, pending)
     answer = _Answer(ctx, session, waiter, Tracker(local, None), upgrader)
-    if ctx.record.trace is not None:
-        command = ctx.route.spec.command
-        ctx.record.trace.to_child(command[0] if command else "")
+    command = ctx.route.spec.command
+    if ctx.record.trace is not None and command:
+        ctx.record.trace.to_child(command[0])
     try:
         await session.send(lines)
         if stream:
