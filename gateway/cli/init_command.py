@@ -12,9 +12,26 @@ from gateway.offline.openapi import ApiDocument, OpenApiError, load
 from gateway.offline.probe import probe
 from gateway.offline.starter import build
 
-# Where frameworks serve their document when nobody says: FastAPI, drf-spectacular's default
-# URL conf, springdoc, and the common static names.
-WELL_KNOWN = ("/openapi.json", "/api/schema/", "/v3/api-docs", "/openapi.yaml", "/swagger.json")
+# Where frameworks serve their document when nobody says, tried in this order: FastAPI,
+# Litestar's OpenAPIController (`/schema/openapi.json`), Django Ninja mounted at `api/`,
+# drf-spectacular's default URL conf, springdoc and springfox, ASP.NET Core (Swashbuckle's
+# `/swagger/v1/swagger.json`, .NET 9's `/openapi/v1.json`), Quarkus's SmallRye (`/q/openapi`),
+# swaggo (`/swagger/doc.json`), and the common static names.
+WELL_KNOWN = (
+    "/openapi.json",
+    "/schema/openapi.json",
+    "/api/openapi.json",
+    "/api/schema/",
+    "/v3/api-docs",
+    "/v2/api-docs",
+    "/swagger/v1/swagger.json",
+    "/openapi/v1.json",
+    "/q/openapi",
+    "/swagger/doc.json",
+    "/openapi.yaml",
+    "/swagger.json",
+    "/api-docs",
+)
 EXIT_OK, EXIT_INVALID = 0, 1
 
 

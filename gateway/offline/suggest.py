@@ -20,6 +20,7 @@ from typing import Any
 
 import regex
 
+from gateway.config.jsonpath import parse_json_path
 from gateway.config.models import DEFAULT_MESSAGE_PATHS
 from gateway.failure import Category
 from gateway.feedback.signatures import VARIABLE_MASKS, normalise
@@ -29,6 +30,19 @@ MAX_SAMPLES = 3
 # The variable parts `signatures.normalise` masks, as one pattern that captures them.
 VARIABLE = regex.compile("|".join(pattern.pattern for pattern, _ in VARIABLE_MASKS))
 MASKED = tuple({mask for _, mask in VARIABLE_MASKS})
+# Where the common shapes keep a machine-readable code, most specific first: `error.code`
+# (Google/AIP-193, Stripe's `type` aside), the OCI registry's and JSON:API's `errors[*].code`,
+# GraphQL's `errors[*].extensions.code`, AWS's `__type` and `Code`, Prometheus's `errorType`,
+# and a bare `code`. A code the upstream chose names the failure better than its words do.
+CODE_PATHS = (
+    "error.code",
+    "errors[*].code",
+    "errors[*].extensions.code",
+    "__type",
+    "Code",
+    "errorType",
+    "code",
+)
 
 
 @dataclass
@@ -93,7 +107,9 @@ def sample_from_signature(route: str, status: int, signature: str) -> Sample:
 def drafts_from(samples: list[Sample]) -> tuple[list[Draft], list[str]]:
     groups: dict[tuple[str, int, str], list[Sample]] = defaultdict(list)
     for sample in samples:
-        groups[(sample.route, sample.status, normalise(sample.message))].append(sample)
+        found = _upstream_code([sample])
+        signature = f"code {found[1]}" if found else normalise(sample.message)
+        groups[(sample.route, sample.status, signature)].append(sample)
     drafts: list[Draft] = []
     notes: list[str] = []
     codes: set[str] = set()
@@ -118,10 +134,19 @@ def _draft(
     group: list[Sample],
     codes: set[str],
 ) -> Draft:
-    code = _code(signature, status, codes)
-    json_path = _message_path(group)
-    pattern = _pattern(group, json_path)
+    upstream = _upstream_code(group)
     notes = []
+    json_path: str | None
+    if upstream is not None:
+        # The upstream's own code names the group: match on it, whatever the words say.
+        json_path, name = upstream
+        code = _code(name.rpartition("#")[2], status, codes)
+        pattern: str | None = "^" + _escape(name) + "$"
+        notes.append(f"matched on the upstream's code at {json_path}")
+    else:
+        code = _code(signature, status, codes)
+        json_path = _message_path(group)
+        pattern = _pattern(group, json_path)
     if pattern is None:
         notes.append("no message common to every sample: matched on status and path only")
     draft = Draft(
@@ -153,10 +178,24 @@ def _code(signature: str, status: int, taken: set[str]) -> str:
     return unique
 
 
+def _upstream_code(group: list[Sample]) -> tuple[str, str] | None:
+    """The path and the code every sample's body gives at one of `CODE_PATHS`, if they all
+    give the same one.
+
+    Only strings count: a number there (a gRPC code, the HTTP status repeated) says nothing
+    the status does not. AWS's `__type` may carry a namespace
+    (`com.amazonaws.sqs#QueueDoesNotExist`); the draft's code is the name after `#`."""
+    for path in CODE_PATHS:
+        found = {_first_string(_json(s.body), path) for s in group}
+        if len(found) == 1 and (code := found.pop()) is not None:
+            return path, code
+    return None
+
+
 def _message_path(group: list[Sample]) -> str | None:
     """The JSON path that holds the message in every sample's body, if there is one."""
     for path in DEFAULT_MESSAGE_PATHS:
-        if all(_at(_json(s.body), path) == s.message for s in group):
+        if all(_first_string(_json(s.body), path) == s.message for s in group):
             return path
     return None
 
@@ -192,8 +231,10 @@ def _escape(text: str) -> str:
 
 def common_glob(paths: list[str]) -> str:
     """The narrowest glob matching every path: differing segments become `*`, differing
-    lengths `**`."""
-    split = [p.split("?")[0].strip("/").split("/") for p in paths]
+    lengths `**`. A trailing slash is part of the path (`/v2/` is not `/v2`: the OCI
+    registry's base endpoint is `/v2/`), so it is kept when every path has it."""
+    bare = [p.split("?")[0] for p in paths]
+    split = [p.strip("/").split("/") for p in bare]
     if len({len(s) for s in split}) > 1:
         prefix = []
         for parts in zip(*split, strict=False):
@@ -202,7 +243,10 @@ def common_glob(paths: list[str]) -> str:
             prefix.append(parts[0])
         return "/" + "/".join([*prefix, "**"]) if prefix else "/**"
     segments = [parts[0] if len(set(parts)) == 1 else "*" for parts in zip(*split, strict=True)]
-    return "/" + "/".join(segments)
+    glob = "/" + "/".join(segments)
+    if glob != "/" and all(p.endswith("/") for p in bare):
+        glob += "/"
+    return glob
 
 
 def _json(body: str) -> Any:
@@ -212,12 +256,12 @@ def _json(body: str) -> Any:
         return None
 
 
-def _at(data: Any, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
+def _first_string(data: Any, path: str) -> str | None:
+    """The first non-empty string at `path` (the rules' own JSON path language, `[*]` too)."""
+    for value, _ in parse_json_path(path).find(data):
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
 
 
 def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
@@ -244,14 +288,13 @@ def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
             f"      path: {json.dumps(draft.path)}  # review: the samples' common path",
         ]
         if draft.pattern is not None and draft.json_path is not None:
-            lines.append(
-                f"      json: {{path: {draft.json_path}, regex: {json.dumps(draft.pattern)}}}"
-            )
+            where, pattern = json.dumps(draft.json_path), json.dumps(draft.pattern)
+            lines.append(f"      json: {{path: {where}, regex: {pattern}}}")
         elif draft.pattern is not None:
             lines.append(f"      body: {json.dumps(draft.pattern)}")
         lines += [
             "    error:",
-            f"      code: {draft.code}  # review: from the message's stable words",
+            f"      code: {draft.code}  # review: {_code_origin(draft)}",
             f"      category: {draft.category.value}",
         ]
         if draft.category in FIX_REQUIRED:
@@ -262,6 +305,12 @@ def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
         else:
             lines.append("      # review: terminal (neither retryable nor fixable by the caller)")
     return "\n".join(lines) + "\n"
+
+
+def _code_origin(draft: Draft) -> str:
+    if draft.json_path in CODE_PATHS:
+        return "the upstream's own code"
+    return "from the message's stable words"
 
 
 def fixture_cases(drafts: list[Draft]) -> list[dict[str, Any]]:

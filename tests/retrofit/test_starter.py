@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 
 from gateway.cli import main
 from gateway.config.loader import builtin_names, load_config
@@ -22,7 +23,7 @@ from gateway.offline.starter import build, category_for, says_more_than_status, 
 from gateway.proxy.routes import Route
 from tests.frameworks.orders_api import app as orders_app
 from tests.support.frameworks import FrameworkApp, python_app, running
-from tests.support.gateway import StartGateway
+from tests.support.gateway import StartGateway, StartUpstream
 from tests.support.paths import FRAMEWORKS
 
 DATA = Path(__file__).parent / "data"
@@ -295,3 +296,32 @@ def test_public_style_documents(
     for rule in loaded.config.rules:
         if rule.error.retryable:
             assert rule.match.methods == ["GET"]
+
+
+@pytest.mark.parametrize(
+    "where",
+    # Litestar's OpenAPIController, Django Ninja at api/, Swashbuckle, Quarkus, swaggo.
+    ["/schema/openapi.json", "/api/openapi.json", "/swagger/v1/swagger.json", "/q/openapi"],
+)
+async def test_init_finds_the_document_where_other_frameworks_serve_it(
+    where: str,
+    tmp_path: Path,
+    start_upstream: StartUpstream,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Served only at another framework's default path, the document is still found and its
+    documented errors become rules (the issue: Litestar's `/schema/openapi.json` was missed)."""
+    doc = document()
+
+    async def serve_document(request: web.Request) -> web.Response:
+        return web.json_response(doc)
+
+    app = web.Application()
+    app.router.add_get(where, serve_document)
+    upstream = await start_upstream(app)
+    out = tmp_path / "mendpoint.yaml"
+    argv = ["init", "--upstream", upstream, "--out", str(out)]
+    assert await asyncio.to_thread(main, argv) == 0
+    assert "0 rule(s)" not in capsys.readouterr().out
+    assert f"{where})" in out.read_text()
+    assert "ORDER_ALREADY_EXISTS" in out.read_text()

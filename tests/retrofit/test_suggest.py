@@ -171,6 +171,9 @@ def observation(capture: dict[str, Any]) -> Observation:
         (["/v1/orders", "/v1/orders"], "/v1/orders"),
         (["/a/b/c", "/a/b"], "/a/b/**"),
         (["/x/1", "/y/2/3"], "/**"),
+        (["/v2/", "/v2/"], "/v2/"),
+        (["/v2/a/", "/v2/b"], "/v2/*"),
+        (["/"], "/"),
     ],
 )
 def test_common_glob(paths: list[str], glob: str) -> None:
@@ -181,3 +184,94 @@ def test_a_bad_source_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFix
     argv = ["suggest", "--from", str(tmp_path / "nope"), "--out", str(tmp_path / "d.yaml")]
     assert main(argv) != 0
     assert "is no directory" in capsys.readouterr().err
+
+
+# Error bodies in the shapes the issue found `suggest` blind to. The OCI distribution
+# registry's (distribution/registry/api/errcode: `{"errors": [{code, message, detail}]}`,
+# served at `/v2/` with the trailing slash), Falcon's `HTTPError.to_dict` (`title` and
+# `description`) and an AWS JSON error (`__type` with its namespace, `message`).
+REGISTRY_UNAUTHORIZED = {
+    "errors": [{"code": "UNAUTHORIZED", "message": "authentication required", "detail": None}]
+}
+
+
+def _shapes_app() -> web.Application:
+    async def base(request: web.Request) -> web.Response:
+        return web.json_response(REGISTRY_UNAUTHORIZED, status=401)
+
+    async def manifest(request: web.Request) -> web.Response:
+        tag = request.match_info["tag"]
+        error = {"code": "MANIFEST_UNKNOWN", "message": f"manifest unknown: {tag}", "detail": {}}
+        return web.json_response({"errors": [error]}, status=404)
+
+    async def things(request: web.Request) -> web.Response:
+        size = request.match_info["size"]
+        body = {"title": "Invalid parameter", "description": f"The size {size} is over 100."}
+        return web.json_response(body, status=400)
+
+    async def queue(request: web.Request) -> web.Response:
+        body = {
+            "__type": "com.amazonaws.sqs#QueueDoesNotExist",
+            "message": "The specified queue does not exist.",
+        }
+        return web.json_response(body, status=400, content_type="application/x-amz-json-1.0")
+
+    app = web.Application()
+    app.router.add_get("/v2/", base)
+    app.router.add_get("/v2/library/{name}/manifests/{tag}", manifest)
+    app.router.add_get("/things/{size}", things)
+    app.router.add_post("/queues/{name}", queue)
+    return app
+
+
+async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
+    start_gateway: StartGateway,
+    start_upstream: StartUpstream,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Drafts take their code from the body's own code field, match on the path that holds
+    the message (`errors[*].message`, `description`), keep `/v2/`'s slash, and pass their
+    own fixtures."""
+    upstream = await start_upstream(_shapes_app())
+    captures = tmp_path / "captures"
+    config = route_config(upstream, name="api", mode="headers", capture={"dir": str(captures)})
+    gateway = await start_gateway(config)
+    requests = [
+        ("GET", "/v2/"),
+        ("GET", "/v2/library/alpine/manifests/latest"),
+        ("GET", "/v2/library/redis/manifests/7"),
+        ("GET", "/things/140"),
+        ("GET", "/things/999"),
+        ("POST", "/queues/orders"),
+        ("POST", "/queues/jobs"),
+    ]
+    for _ in range(2):
+        for method, path in requests:
+            async with await gateway.request(method, path) as response:
+                await response.read()
+                assert response.status >= 400
+    await gateway.server.app[CAPTURES].flush()
+
+    drafts = tmp_path / "drafts.yaml"
+    argv = ["suggest", "--from", str(captures), "--out", str(drafts)]
+    assert await asyncio.to_thread(main, argv) == 0
+    capsys.readouterr()
+    rules = {rule["error"]["code"]: rule for rule in yaml.safe_load(drafts.read_text())["rules"]}
+    assert set(rules) == {"UNAUTHORIZED", "MANIFEST_UNKNOWN", "THE_SIZE_IS_OVER"}, rules
+    assert rules["UNAUTHORIZED"]["match"]["path"] == "/v2/"
+    # Two tags, one code: one draft, matched on the code, over the common path.
+    manifest = rules["MANIFEST_UNKNOWN"]["match"]
+    assert manifest["path"] == "/v2/library/*/manifests/*"
+    assert manifest["json"] == {"path": "errors[*].code", "regex": "^MANIFEST_UNKNOWN$"}
+    falcon = [r for r in rules.values() if r["match"]["path"] == "/things/*"]
+    assert len(falcon) == 1 and falcon[0]["match"]["json"]["path"] == "description"
+    # The AWS error is left out: the shipped rules name AWS errors by the shape of `__type`.
+
+    config_file = tmp_path / "gateway.yaml"
+    route = {"name": "api", "prefix": "/", "upstream": "http://127.0.0.1:9"}
+    config_file.write_text(yaml.safe_dump({"include": [str(drafts)], "routes": [route]}))
+    assert await asyncio.to_thread(main, ["check", "--config", str(config_file)]) == 0
+    fixtures = tmp_path / "fixtures" / "drafts.fixtures.yaml"
+    argv = ["test", "--config", str(config_file), str(fixtures)]
+    assert await asyncio.to_thread(main, argv) == 0, capsys.readouterr().out
