@@ -15,6 +15,7 @@ HERE=tests/first_action
 
 debs=(
     nginx-light apache2 apache2-utils haproxy varnish caddy docker-registry etcd-server prometheus
+    lighttpd
     ruby-sinatra ruby-webrick php-cli golang-go
     postgresql redis-server memcached git
 )
