@@ -182,12 +182,13 @@ def _upstream_code(group: list[Sample]) -> tuple[str, str] | None:
     """The path and the code every sample's body gives at one of `CODE_PATHS`, if they all
     give the same one.
 
-    Only strings count: a number there (a gRPC code, the HTTP status repeated) says nothing
-    the status does not. AWS's `__type` may carry a namespace
-    (`com.amazonaws.sqs#QueueDoesNotExist`); the draft's code is the name after `#`."""
+    Only strings of more than digits count: a number there (a gRPC code, the HTTP status
+    repeated, as a number or a string) says nothing the status does not. AWS's `__type` may
+    carry a namespace (`com.amazonaws.sqs#QueueDoesNotExist`); the draft's code is the name
+    after `#`."""
     for path in CODE_PATHS:
         found = {_first_string(_json(s.body), path) for s in group}
-        if len(found) == 1 and (code := found.pop()) is not None:
+        if len(found) == 1 and (code := found.pop()) is not None and not code.isdigit():
             return path, code
     return None
 

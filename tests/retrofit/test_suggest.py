@@ -4,6 +4,7 @@ that `check` and `test` accept and that classify every captured failure."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from gateway.classify import Classifier, Observation
 from gateway.cli import main
 from gateway.config.loader import load_config
 from gateway.feedback.capture import SUFFIX, load_dir
-from gateway.offline.suggest import common_glob
+from gateway.offline.suggest import Sample, common_glob, drafts_from
 from gateway.proxy.state import CAPTURES
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
 
@@ -275,3 +276,26 @@ async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
     fixtures = tmp_path / "fixtures" / "drafts.fixtures.yaml"
     argv = ["test", "--config", str(config_file), str(fixtures)]
     assert await asyncio.to_thread(main, argv) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (
+            {"errors": [{"code": "NAME_UNKNOWN", "message": "repository name not known"}]},
+            "NAME_UNKNOWN",
+        ),
+        (
+            {"__type": "com.amazonaws.dynamodb.v20120810#ResourceNotFoundException"},
+            "RESOURCE_NOT_FOUND_EXCEPTION",
+        ),
+        # A number, or digits in a string, only repeats the status: the words name the draft.
+        ({"code": 404, "message": "Widget 7 is gone"}, "WIDGET_IS_GONE"),
+        ({"code": "404", "message": "Widget 7 is gone"}, "WIDGET_IS_GONE"),
+    ],
+)
+def test_a_draft_is_named_by_the_upstreams_own_code(body: dict[str, Any], code: str) -> None:
+    sample = Sample("api", "GET", "/widgets/7", 404, "application/json", json.dumps(body), "")
+    sample.message = str(body.get("message") or "")
+    drafts, _ = drafts_from([sample])
+    assert [d.code for d in drafts] == [code]
