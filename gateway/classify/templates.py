@@ -92,7 +92,7 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
     if isinstance(body, dict | list):
         phrase: str | None = None
         for path in message_paths:
-            found = _message_at(path, body)
+            found = message_at(path, body)
             if found and not says_only_status(found):
                 return found
             phrase = phrase or found
@@ -124,7 +124,8 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
     return "Request failed"
 
 
-def _message_at(path: JsonPath, body: Any) -> str | None:
+def message_at(path: JsonPath, body: Any) -> str | None:
+    """The message at one path: its string, or a wildcard's strings joined with "; "."""
     if path.literal:
         value = path.get(body)
         return value if isinstance(value, str) and value.strip() else None

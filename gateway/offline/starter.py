@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from gateway.config.jsonpath import parse_json_path
 from gateway.config.loader import builtin_text
 from gateway.config.route_model import DEFAULT_IDEMPOTENT
 from gateway.failure import Category
@@ -114,24 +115,44 @@ class ExampleCode:
     value: str
 
 
+# Where a body states a machine-readable code, most specific first: `error.code` (AIP-193,
+# Stripe), the OCI registry's and JSON:API's `errors[*].code`, GraphQL's
+# `errors[*].extensions.code`, AWS's `__type` (its namespace before `#` dropped) and `Code`,
+# Prometheus's `errorType`, a bare `code` or `type`, and OAuth's string `error`.
+CODE_PATHS = tuple(
+    parse_json_path(path)
+    for path in (
+        "error.code",
+        "errors[*].code",
+        "errors[*].extensions.code",
+        "__type",
+        "Code",
+        "errorType",
+        "code",
+        "type",
+        "error",
+    )
+)
+# A code, not a sentence, a URI or a number (the status repeated says nothing new).
+CODE_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{1,62}")
+
+
+def stated_code(body: Any) -> ExampleCode | None:
+    """The error code a JSON body states itself, and where: a rule can match on it."""
+    for path in CODE_PATHS:
+        for value, _ in path.find(body):
+            name = value.rpartition("#")[2] if isinstance(value, str) else ""
+            if CODE_VALUE.fullmatch(name):
+                code = upper_snake(name.replace(".", "_").replace("-", "_"))
+                return ExampleCode(code, path.text, value)
+    return None
+
+
 def code_from_example(examples: tuple[Any, ...]) -> ExampleCode | None:
-    """An error code the example itself states (`error.code`, `code`, `type`, `error`)."""
+    """An error code one of the documented examples states (`stated_code`)."""
     for example in examples:
-        if not isinstance(example, dict):
-            continue
-        inner = example.get("error")
-        candidates: list[tuple[str, Any]] = [
-            ("code", example.get("code")),
-            ("type", example.get("type")),
-        ]
-        if isinstance(inner, dict):
-            candidates.insert(0, ("error.code", inner.get("code")))
-        elif isinstance(inner, str):
-            candidates.append(("error", inner))
-        for path, value in candidates:
-            if isinstance(value, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_.\-]{1,62}", value):
-                code = upper_snake(value.replace(".", "_").replace("-", "_"))
-                return ExampleCode(code, path, value)
+        if (stated := stated_code(example)) is not None:
+            return stated
     return None
 
 
@@ -288,7 +309,7 @@ def _rules(rules: list[DraftRule], skipped: list[str], route: str) -> list[str]:
             f"      path: {_yaml(path_glob(op.path))}",
             *(
                 [
-                    f"      json: {{path: {rule.stated.json_path}, "
+                    f"      json: {{path: {json.dumps(rule.stated.json_path)}, "
                     f"regex: {_yaml('^' + re.escape(rule.stated.value) + '$')}}}"
                 ]
                 if rule.stated is not None

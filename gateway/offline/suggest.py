@@ -20,29 +20,25 @@ from typing import Any
 
 import regex
 
-from gateway.config.jsonpath import parse_json_path
+from gateway.classify.templates import message_at
+from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.models import DEFAULT_MESSAGE_PATHS
 from gateway.failure import Category
 from gateway.feedback.signatures import VARIABLE_MASKS, normalise
-from gateway.offline.starter import FIX_REQUIRED, TRANSIENT, category_for, upper_snake
+from gateway.offline.starter import (
+    FIX_REQUIRED,
+    TRANSIENT,
+    ExampleCode,
+    category_for,
+    stated_code,
+    upper_snake,
+)
 
 MAX_SAMPLES = 3
 # The variable parts `signatures.normalise` masks, as one pattern that captures them.
 VARIABLE = regex.compile("|".join(pattern.pattern for pattern, _ in VARIABLE_MASKS))
 MASKED = tuple({mask for _, mask in VARIABLE_MASKS})
-# Where the common shapes keep a machine-readable code, most specific first: `error.code`
-# (Google/AIP-193, Stripe's `type` aside), the OCI registry's and JSON:API's `errors[*].code`,
-# GraphQL's `errors[*].extensions.code`, AWS's `__type` and `Code`, Prometheus's `errorType`,
-# and a bare `code`. A code the upstream chose names the failure better than its words do.
-CODE_PATHS = (
-    "error.code",
-    "errors[*].code",
-    "errors[*].extensions.code",
-    "__type",
-    "Code",
-    "errorType",
-    "code",
-)
+MESSAGE_PATHS = tuple(parse_json_path(path) for path in DEFAULT_MESSAGE_PATHS)
 
 
 @dataclass
@@ -63,6 +59,7 @@ class Draft:
     status: int
     category: Category
     code: str
+    code_source: str
     path: str
     methods: list[str]
     json_path: str | None
@@ -105,11 +102,17 @@ def sample_from_signature(route: str, status: int, signature: str) -> Sample:
 
 
 def drafts_from(samples: list[Sample]) -> tuple[list[Draft], list[str]]:
+    # A code the upstream states names a group better than its words do: two registry tags
+    # that are both MANIFEST_UNKNOWN are one failure. Otherwise the `gaps` signature.
     groups: dict[tuple[str, int, str], list[Sample]] = defaultdict(list)
+    stated: dict[tuple[str, int, str], ExampleCode] = {}
     for sample in samples:
-        found = _upstream_code([sample])
-        signature = f"code {found[1]}" if found else normalise(sample.message)
-        groups[(sample.route, sample.status, signature)].append(sample)
+        code = stated_code(_json(sample.body))
+        signature = f"code {code.json_path} {code.value}" if code else normalise(sample.message)
+        key = (sample.route, sample.status, signature)
+        groups[key].append(sample)
+        if code is not None:
+            stated[key] = code
     drafts: list[Draft] = []
     notes: list[str] = []
     codes: set[str] = set()
@@ -121,8 +124,8 @@ def drafts_from(samples: list[Sample]) -> tuple[list[Draft], list[str]]:
                 "rule, which calls it retryable; a draft never does"
             )
             continue
-        draft = _draft(route, status, category, signature, group, codes)
-        drafts.append(draft)
+        code = stated.get((route, status, signature))
+        drafts.append(_draft(route, status, category, signature, group, codes, code))
     return drafts, notes
 
 
@@ -133,18 +136,19 @@ def _draft(
     signature: str,
     group: list[Sample],
     codes: set[str],
+    stated: ExampleCode | None,
 ) -> Draft:
-    upstream = _upstream_code(group)
-    notes = []
+    notes: list[str] = []
     json_path: str | None
-    if upstream is not None:
-        # The upstream's own code names the group: match on it, whatever the words say.
-        json_path, name = upstream
-        code = _code(name.rpartition("#")[2], status, codes)
-        pattern: str | None = "^" + _escape(name) + "$"
-        notes.append(f"matched on the upstream's code at {json_path}")
+    pattern: str | None
+    if stated is not None:
+        # Matched on the upstream's own code, whatever the words say.
+        code = _unique(stated.code, codes)
+        code_source = f"the body's {stated.json_path} field"
+        json_path, pattern = stated.json_path, "^" + _escape(stated.value) + "$"
     else:
-        code = _code(signature, status, codes)
+        code = _unique(_code(signature, status), codes)
+        code_source = "the message's stable words"
         json_path = _message_path(group)
         pattern = _pattern(group, json_path)
     if pattern is None:
@@ -155,6 +159,7 @@ def _draft(
         status=status,
         category=category,
         code=code,
+        code_source=code_source,
         path=common_glob([s.path for s in group]),
         methods=sorted({s.method for s in group}),
         json_path=json_path if pattern is not None else None,
@@ -166,11 +171,14 @@ def _draft(
     return draft
 
 
-def _code(signature: str, status: int, taken: set[str]) -> str:
+def _code(signature: str, status: int) -> str:
     stable = signature
     for mask in MASKED:
         stable = stable.replace(mask, " ")
-    code = upper_snake(stable)[:48].rstrip("_") or f"HTTP_{status}"
+    return upper_snake(stable)[:48].rstrip("_") or f"HTTP_{status}"
+
+
+def _unique(code: str, taken: set[str]) -> str:
     unique, n = code, 2
     while unique in taken:
         unique, n = f"{code}_{n}", n + 1
@@ -178,27 +186,26 @@ def _code(signature: str, status: int, taken: set[str]) -> str:
     return unique
 
 
-def _upstream_code(group: list[Sample]) -> tuple[str, str] | None:
-    """The path and the code every sample's body gives at one of `CODE_PATHS`, if they all
-    give the same one.
-
-    Only strings of more than digits count: a number there (a gRPC code, the HTTP status
-    repeated, as a number or a string) says nothing the status does not. AWS's `__type` may
-    carry a namespace (`com.amazonaws.sqs#QueueDoesNotExist`); the draft's code is the name
-    after `#`."""
-    for path in CODE_PATHS:
-        found = {_first_string(_json(s.body), path) for s in group}
-        if len(found) == 1 and (code := found.pop()) is not None and not code.isdigit():
-            return path, code
-    return None
-
-
 def _message_path(group: list[Sample]) -> str | None:
     """The JSON path that holds the message in every sample's body, if there is one."""
-    for path in DEFAULT_MESSAGE_PATHS:
-        if all(_first_string(_json(s.body), path) == s.message for s in group):
-            return path
+    for path in MESSAGE_PATHS:
+        if all(_whole_message(path, _json(s.body)) == s.message for s in group):
+            return path.text
     return None
+
+
+def _whole_message(path: JsonPath, body: Any) -> str | None:
+    """The message the classifier reads at `path` (`message_at`), when one value holds it
+    whole: a `json:` condition tests values one by one, so words a wildcard joined from two
+    values ("a; b") are matched on the body instead."""
+    message = message_at(path, body)
+    if message is None or path.literal:
+        return message
+    return (
+        message
+        if any(v.strip() == message for v, _ in path.find(body) if isinstance(v, str))
+        else None
+    )
 
 
 def _pattern(group: list[Sample], json_path: str | None) -> str | None:
@@ -257,14 +264,6 @@ def _json(body: str) -> Any:
         return None
 
 
-def _first_string(data: Any, path: str) -> str | None:
-    """The first non-empty string at `path` (the rules' own JSON path language, `[*]` too)."""
-    for value, _ in parse_json_path(path).find(data):
-        if isinstance(value, str) and value.strip():
-            return value
-    return None
-
-
 def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
     lines = [
         f"# Draft rules written by `mendpoint suggest --from {source}`.",
@@ -295,7 +294,7 @@ def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
             lines.append(f"      body: {json.dumps(draft.pattern)}")
         lines += [
             "    error:",
-            f"      code: {draft.code}  # review: {_code_origin(draft)}",
+            f"      code: {draft.code}  # review: from {draft.code_source}",
             f"      category: {draft.category.value}",
         ]
         if draft.category in FIX_REQUIRED:
@@ -306,12 +305,6 @@ def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
         else:
             lines.append("      # review: terminal (neither retryable nor fixable by the caller)")
     return "\n".join(lines) + "\n"
-
-
-def _code_origin(draft: Draft) -> str:
-    if draft.json_path in CODE_PATHS:
-        return "the upstream's own code"
-    return "from the message's stable words"
 
 
 def fixture_cases(drafts: list[Draft]) -> list[dict[str, Any]]:

@@ -295,7 +295,7 @@ async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
     ],
 )
 def test_a_draft_is_named_by_the_upstreams_own_code(body: dict[str, Any], code: str) -> None:
-    sample = Sample("api", "GET", "/widgets/7", 404, "application/json", json.dumps(body), "")
-    sample.message = str(body.get("message") or "")
+    message = str(body.get("message", ""))
+    sample = Sample("api", "GET", "/widgets/7", 404, "application/json", json.dumps(body), message)
     drafts, _ = drafts_from([sample])
     assert [d.code for d in drafts] == [code]
