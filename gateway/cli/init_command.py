@@ -5,12 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
-
 from gateway.config.loader import builtin_names
 from gateway.offline.openapi import ApiDocument, OpenApiError, load
 from gateway.offline.probe import probe
-from gateway.offline.starter import build
+from gateway.offline.starter import build, render_fixtures
 
 # Where frameworks serve their document when nobody says, tried in this order: FastAPI,
 # Litestar's OpenAPIController (`/schema/openapi.json`), Django Ninja mounted at `api/`,
@@ -53,13 +51,7 @@ def run_init(upstream: str, openapi: str | None, out: str, force: bool) -> int:
     print(f"wrote {target}: 1 route, {len(starter.rules)} rule(s) from the document", end="")
     print(f", packs: {', '.join(starter.packs) or 'the shipped fallbacks only'}")
     if starter.fixtures:
-        header = (
-            f"# Fixtures for {target.name}, written by `mendpoint init` from the document's\n"
-            "# examples (a minimal case where it has none). Run:\n"
-            f"#   mendpoint test --config {target.name} {fixtures_path.name}\n"
-        )
-        body = yaml.safe_dump({"cases": starter.fixtures}, sort_keys=False, allow_unicode=True)
-        fixtures_path.write_text(header + body)
+        fixtures_path.write_text(render_fixtures(starter, target.name, fixtures_path.name))
         print(f"wrote {fixtures_path}: {len(starter.fixtures)} case(s)")
     if answer.status is None:
         print(f"note: the upstream did not answer the probe ({answer.evidence})")

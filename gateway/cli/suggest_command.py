@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
-
 from gateway.feedback.capture import load_dir
 from gateway.offline.suggest import (
     Sample,
     drafts_from,
     fixture_cases,
+    render_fixtures,
     render_rules,
     sample_from_signature,
     samples_from_captures,
@@ -36,12 +35,7 @@ def run_suggest(source: str, out: str, force: bool, token_file: str | None = Non
     cases = fixture_cases(drafts)
     if cases:
         fixtures.parent.mkdir(parents=True, exist_ok=True)
-        header = (
-            f"# Fixtures for {target.name}, made from the captured samples by `mendpoint "
-            "suggest`.\n"
-        )
-        body = yaml.safe_dump({"cases": cases}, sort_keys=False, allow_unicode=True, width=1000)
-        fixtures.write_text(header + body)
+        fixtures.write_text(render_fixtures(drafts, target.name))
         print(f"wrote {fixtures}: {len(cases)} case(s)")
     for note in skipped:
         print(f"not drafted: {note}")

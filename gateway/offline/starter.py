@@ -30,6 +30,7 @@ from gateway.config.route_model import DEFAULT_IDEMPOTENT
 from gateway.failure import Category
 from gateway.offline.openapi import ApiDocument, ErrorResponse, Operation
 from gateway.offline.probe import Probe
+from gateway.offline.yaml_writer import Comment, Mapping, Noted, Sequence, block, emit
 
 MAX_CODE_WORDS = 6
 GENERIC_WORDS = frozenset(
@@ -206,16 +207,30 @@ def build(
     available_packs: list[str],
     route: str = "api",
 ) -> Starter:
+    """The starter, written through `yaml_writer`: the document's paths, operation ids and
+    descriptions and the probe's evidence come from the upstream, and none of them may add
+    to the file (docs/security.md#drafted-yaml)."""
     packs = [p for p in guess_packs(document, probe) if p in available_packs]
     rules, skipped = draft_rules(document, route) if document is not None else ([], [])
-    starter = Starter(config="", rules=rules, packs=packs)
-    lines = _header(upstream, document, source)
-    lines += _include(packs, probe)
-    lines += _route(route, upstream, document)
-    lines += _rules(rules, skipped, route)
-    starter.config = "\n".join(lines) + "\n"
-    starter.fixtures = [case for rule in rules for case in _fixtures(rule)]
-    return starter
+    config = Mapping().add("listen", "127.0.0.1:8080")
+    _include(config, packs, probe)
+    config.add("routes", Sequence([_route(route, upstream, document)]))
+    for note in skipped:
+        config.note(f"not a rule: {note}")
+    config.add("rules", Sequence([item for rule in rules for item in _rule(rule, route)]))
+    text = emit(config, _header(upstream, document, source))
+    fixtures = [case for rule in rules for case in _fixtures(rule)]
+    return Starter(config=text, fixtures=fixtures, rules=rules, packs=packs)
+
+
+def render_fixtures(starter: Starter, config_file: str, fixtures_file: str) -> str:
+    """The starter's fixture file, through `yaml_writer` as the config is."""
+    header = (
+        f"Fixtures for {config_file}, written by `mendpoint init` from the document's",
+        "examples (a minimal case where it has none). Run:",
+        f"  mendpoint test --config {config_file} {fixtures_file}",
+    )
+    return emit(Mapping().add("cases", block(starter.fixtures)), header)
 
 
 def guess_packs(document: ApiDocument | None, probe: Probe | None) -> list[str]:
@@ -228,113 +243,87 @@ def guess_packs(document: ApiDocument | None, probe: Probe | None) -> list[str]:
     return found
 
 
-def _yaml(value: Any) -> str:
-    """A scalar as YAML: JSON's quoting is valid YAML and safe for any text."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _header(upstream: str, document: ApiDocument | None, source: str | None) -> list[str]:
-    lines = [
-        f"# A starter config written by `mendpoint init --upstream {upstream}`.",
-    ]
+def _header(upstream: str, document: ApiDocument | None, source: str | None) -> tuple[str, ...]:
     if document is not None:
         title = f"{document.title} {document.version}".strip()
-        lines.append(f"# From the OpenAPI document {_yaml(title)} ({source}).")
+        origin = f"From the OpenAPI document {json.dumps(title, ensure_ascii=False)} ({source})."
     else:
-        lines.append("# No OpenAPI document: only the shipped rules classify failures.")
-    lines += [
-        "# Everything marked `review:` is a guess: read it before you roll out.",
-        "#   mendpoint check --config THIS_FILE      # validate",
-        "#   mendpoint test --config THIS_FILE FIXTURES_FILE",
-        "#   mendpoint serve --config THIS_FILE",
-        "# Then watch `mendpoint gaps` and `mendpoint suggest` for what no rule names yet.",
-        "listen: 127.0.0.1:8080",
-        "",
-    ]
-    return lines
+        origin = "No OpenAPI document: only the shipped rules classify failures."
+    return (
+        f"A starter config written by `mendpoint init --upstream {upstream}`.",
+        origin,
+        "Everything marked `review:` is a guess: read it before you roll out.",
+        "  mendpoint check --config THIS_FILE      # validate",
+        "  mendpoint test --config THIS_FILE FIXTURES_FILE",
+        "  mendpoint serve --config THIS_FILE",
+        "Then watch `mendpoint gaps` and `mendpoint suggest` for what no rule names yet.",
+    )
 
 
-def _include(packs: list[str], probe: Probe | None) -> list[str]:
+def _include(config: Mapping, packs: list[str], probe: Probe | None) -> None:
     if not packs:
-        return ["# No framework recognised; the shipped fallbacks classify every failure.", ""]
+        config.note("No framework recognised; the shipped fallbacks classify every failure.")
+        return
     why = f" (probe of {probe.path}: {probe.evidence})" if probe and probe.evidence else ""
-    return [
-        f"# review: packs guessed from the document and a probe of an unknown path{why}.",
-        "include: [" + ", ".join(f"builtin:{p}" for p in packs) + "]",
-        "",
-    ]
+    config.note(f"review: packs guessed from the document and a probe of an unknown path{why}.")
+    config.add("include", [f"builtin:{p}" for p in packs])
 
 
-def _route(route: str, upstream: str, document: ApiDocument | None) -> list[str]:
-    lines = [
-        "routes:",
-        f"  - name: {route}",
-        "    prefix: /",
-        f"    upstream: {_yaml(upstream)}",
-        "    # additive keeps every field of the upstream's JSON errors and adds the recovery",
-        "    # fields; `headers` is shadow mode (advisory headers only) for a first rollout.",
-        "    mode: additive",
-        "    # review: methods safe to repeat; a rule may call a failure retryable only on these.",
-        f"    idempotent_methods: [{', '.join(DEFAULT_IDEMPOTENT)}]",
-    ]
+def _route(route: str, upstream: str, document: ApiDocument | None) -> Mapping:
+    spec = (
+        Mapping()
+        .add("name", route)
+        .add("prefix", "/")
+        .add("upstream", upstream)
+        .note("additive keeps every field of the upstream's JSON errors and adds the recovery")
+        .note("fields; `headers` is shadow mode (advisory headers only) for a first rollout.")
+        .add("mode", "additive")
+        .note("review: methods safe to repeat; a rule may call a failure retryable only on these.")
+        .add("idempotent_methods", list(DEFAULT_IDEMPOTENT))
+    )
     named = [op for op in document.operations if op.operation_id] if document else []
     if named:
-        lines.append("    # The name `then_retry` gives each operation (its operationId).")
-        lines.append("    operations:")
-        for op in named:
-            lines.append(
-                f"      - {{method: {op.method}, path: {_yaml(op.path)}, "
-                f"name: {_yaml(op.operation_id)}}}"
-            )
-    lines.append("")
-    return lines
-
-
-def _rules(rules: list[DraftRule], skipped: list[str], route: str) -> list[str]:
-    lines = []
-    for note in skipped:
-        lines.append(f"# not a rule: {note}")
-    if not rules:
-        return [*lines, "rules: []"]
-    lines.append("rules:")
-    for rule in rules:
-        op, error = rule.operation, rule.error
-        lines += [
-            f"  # {op.method} {op.path} → {error.status} {_yaml(error.description)}",
-            f"  - id: {rule.id}",
-            "    match:",
-            f"      routes: [{route}]",
-            f"      methods: [{op.method}]",
-            f"      status: [{error.status}]",
-            f"      path: {_yaml(path_glob(op.path))}",
-            *(
-                [
-                    f"      json: {{path: {json.dumps(rule.stated.json_path)}, "
-                    f"regex: {_yaml('^' + re.escape(rule.stated.value) + '$')}}}"
-                ]
-                if rule.stated is not None
-                else []
-            ),
-            "    error:",
-            f"      code: {rule.code}  # review: from {rule.code_source}",
-            f"      category: {rule.category.value}",
+        spec.note("The name `then_retry` gives each operation (its operationId).")
+        operations = [
+            {"method": op.method, "path": op.path, "name": op.operation_id} for op in named
         ]
-        if rule.category in TRANSIENT:
-            lines += [
-                f"      # review: transient; {op.method} is idempotent, so the identical call may",
-                "      # be repeated after the delay.",
-                "      retryable: true",
-                "      retry_after_ms: {header: Retry-After, default: 1000}",
-            ]
-        elif rule.category in FIX_REQUIRED:
-            lines += [
-                "      # review: caller-correctable; say what must change, more precisely if you",
-                "      # can (a fix_command needs a registry entry: see docs/rules.md).",
-                f"      fix_required: {_yaml(FIX_REQUIRED[rule.category])}",
-            ]
-        else:
-            lines.append("      # review: terminal (neither retryable nor fixable by the caller).")
-    return lines
+        spec.add("operations", Sequence(operations))
+    return spec
+
+
+def _rule(rule: DraftRule, route: str) -> list[Any]:
+    op, error = rule.operation, rule.error
+    match = (
+        Mapping()
+        .add("routes", [route])
+        .add("methods", [op.method])
+        .add("status", [error.status])
+        .add("path", path_glob(op.path))
+    )
+    if rule.stated is not None:
+        regex_text = "^" + re.escape(rule.stated.value) + "$"
+        match.add("json", {"path": rule.stated.json_path, "regex": regex_text})
+    drafted = (
+        Mapping()
+        .add("code", Noted(rule.code, f"review: from {rule.code_source}"))
+        .add("category", rule.category.value)
+    )
+    if rule.category in TRANSIENT:
+        drafted.note(f"review: transient; {op.method} is idempotent, so the identical call may")
+        drafted.note("be repeated after the delay.")
+        drafted.add("retryable", True)
+        drafted.add("retry_after_ms", {"header": "Retry-After", "default": 1000})
+    elif rule.category in FIX_REQUIRED:
+        drafted.note("review: caller-correctable; say what must change, more precisely if you")
+        drafted.note("can (a fix_command needs a registry entry: see docs/rules.md).")
+        drafted.add("fix_required", FIX_REQUIRED[rule.category])
+    else:
+        drafted.note("review: terminal (neither retryable nor fixable by the caller).")
+    described = json.dumps(error.description, ensure_ascii=False)
+    return [
+        Comment(f"{op.method} {op.path} → {error.status} {described}"),
+        Mapping().add("id", rule.id).add("match", match).add("error", drafted),
+    ]
 
 
 def _fixtures(rule: DraftRule) -> list[dict[str, Any]]:

@@ -33,6 +33,7 @@ from gateway.offline.starter import (
     stated_code,
     upper_snake,
 )
+from gateway.offline.yaml_writer import Comment, Mapping, Noted, Sequence, block, emit
 
 MAX_SAMPLES = 3
 # The variable parts `signatures.normalise` masks, as one pattern that captures them.
@@ -265,46 +266,61 @@ def _json(body: str) -> Any:
 
 
 def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
-    lines = [
-        f"# Draft rules written by `mendpoint suggest --from {source}`.",
-        "# Each one names a group of failures that only a shipped fallback classified. Review",
-        "# every `review:` line, then include this file in your config (`include: [THIS_FILE]`)",
-        "# and run `mendpoint test` on the fixtures beside it before you roll out.",
-    ]
-    lines += [f"# not a draft: {note}" for note in notes]
-    if not drafts:
-        return "\n".join([*lines, "rules: []"]) + "\n"
-    lines.append("rules:")
+    """The drafts as a rule file, through `yaml_writer`: paths, messages and route names come
+    from traffic or a fleet store, and none of them may add to the file (docs/security.md)."""
+    header = (
+        f"Draft rules written by `mendpoint suggest --from {source}`.",
+        "Each one names a group of failures that only a shipped fallback classified. Review",
+        "every `review:` line, then include this file in your config (`include: [THIS_FILE]`)",
+        "and run `mendpoint test` on the fixtures beside it before you roll out.",
+        *(f"not a draft: {note}" for note in notes),
+    )
+    rules = Sequence()
     for draft in drafts:
         example = draft.samples[0]
-        lines += [
-            f"  # {draft.count} failure(s), e.g. {example.method} {example.path} → "
-            f"{draft.status} {json.dumps(example.message[:120], ensure_ascii=False)}",
-            *(f"  # review: {note}" for note in draft.notes),
-            f"  - id: {draft.id}",
-            "    match:",
-            f"      routes: [{draft.route}]",
-            f"      status: [{draft.status}]",
-            f"      path: {json.dumps(draft.path)}  # review: the samples' common path",
+        rules.items += [
+            Comment(
+                f"{draft.count} failure(s), e.g. {example.method} {example.path} → "
+                f"{draft.status} {json.dumps(example.message[:120], ensure_ascii=False)}"
+            ),
+            *(Comment(f"review: {note}") for note in draft.notes),
+            Mapping().add("id", draft.id).add("match", _match(draft)).add("error", _error(draft)),
         ]
-        if draft.pattern is not None and draft.json_path is not None:
-            where, pattern = json.dumps(draft.json_path), json.dumps(draft.pattern)
-            lines.append(f"      json: {{path: {where}, regex: {pattern}}}")
-        elif draft.pattern is not None:
-            lines.append(f"      body: {json.dumps(draft.pattern)}")
-        lines += [
-            "    error:",
-            f"      code: {draft.code}  # review: from {draft.code_source}",
-            f"      category: {draft.category.value}",
-        ]
-        if draft.category in FIX_REQUIRED:
-            lines += [
-                "      # review: caller-correctable; say what must change, as precisely as you can",
-                f"      fix_required: {json.dumps(FIX_REQUIRED[draft.category])}",
-            ]
-        else:
-            lines.append("      # review: terminal (neither retryable nor fixable by the caller)")
-    return "\n".join(lines) + "\n"
+    return emit(Mapping().add("rules", rules), header)
+
+
+def _match(draft: Draft) -> Mapping:
+    match = (
+        Mapping()
+        .add("routes", [draft.route])
+        .add("status", [draft.status])
+        .add("path", Noted(draft.path, "review: the samples' common path"))
+    )
+    if draft.pattern is not None and draft.json_path is not None:
+        match.add("json", {"path": draft.json_path, "regex": draft.pattern})
+    elif draft.pattern is not None:
+        match.add("body", draft.pattern)
+    return match
+
+
+def _error(draft: Draft) -> Mapping:
+    error = (
+        Mapping()
+        .add("code", Noted(draft.code, f"review: from {draft.code_source}"))
+        .add("category", draft.category.value)
+    )
+    if draft.category in FIX_REQUIRED:
+        error.note("review: caller-correctable; say what must change, as precisely as you can")
+        error.add("fix_required", FIX_REQUIRED[draft.category])
+    else:
+        error.note("review: terminal (neither retryable nor fixable by the caller)")
+    return error
+
+
+def render_fixtures(drafts: list[Draft], rules_file: str) -> str:
+    """The drafts' fixture file, through `yaml_writer` as the rules are."""
+    header = (f"Fixtures for {rules_file}, made from the captured samples by `mendpoint suggest`.",)
+    return emit(Mapping().add("cases", block(fixture_cases(drafts))), header)
 
 
 def fixture_cases(drafts: list[Draft]) -> list[dict[str, Any]]:
