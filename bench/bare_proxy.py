@@ -30,7 +30,7 @@ HOP_BY_HOP = frozenset(
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 UPSTREAM = web.AppKey("upstream", str)
 BUFFER_SMALL = web.AppKey("buffer_small", bool)
-SMALL_BODY = 64 * 1024  # the same bound as Mendpoint's one-write path (gateway/proxy/relay.py)
+SMALL_BODY = 64 * 1024  # the same bound as Mendpoint's one-write path (gateway/exchange/relay.py)
 
 
 def end_to_end(headers: CIMultiDictProxy[str]) -> list[tuple[str, str]]:

@@ -25,8 +25,8 @@ from bench import fixtures
 from gateway.classify import Observation
 from gateway.config.loader import load_config
 from gateway.enrich.step import Enricher, FailureContext
+from gateway.exchange.answers import HttpAnswers
 from gateway.failure import Mode
-from gateway.proxy.answers import HttpAnswers
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord

@@ -41,8 +41,11 @@ LAYERS = {
     "gateway.feedback": 4,
     # the transport-neutral step: classify, resolve, render under a budget
     "gateway.enrich": 5,
-    # the transports
-    "gateway.proxy": 6,
+    # what both transports share: one request's context and per-config state, the upstream
+    # client, header hygiene, bodies, relaying, and the HTTP answers both give
+    "gateway.exchange": 6,
+    # the transports, peers: neither imports the other
+    "gateway.http": 7,
     "gateway.mcp": 7,
     "gateway.offline": 8,
     "gateway.serve": 9,
@@ -143,6 +146,22 @@ def test_no_module_imports_upward(path: Path) -> None:
     assert not upward, f"{module_name(path)} (layer {own}) imports upward: {sorted(upward)}"
 
 
+TRANSPORTS = ("gateway.http", "gateway.mcp")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_the_transports_are_peers(path: Path) -> None:
+    """HTTP and MCP routes share the exchange band below them and never import each other:
+    what both need moves down (docs/development.md#layout)."""
+    module = module_name(path)
+    own = next((t for t in TRANSPORTS if module == t or module.startswith(t + ".")), None)
+    if own is None:
+        return
+    others = [t for t in TRANSPORTS if t != own]
+    crossing = {n for n in imported(path) for t in others if n == t or n.startswith(t + ".")}
+    assert not crossing, f"{module} imports the other transport: {sorted(crossing)}"
+
+
 def test_no_import_cycles() -> None:
     found = cycles(GRAPH)
     described = [
@@ -216,12 +235,12 @@ def test_no_two_modules_share_a_file_name() -> None:
     assert {n: m for n, m in names.items() if len(m) > 1} == {}
 
 
-UPSTREAM_BOUNDARY = "gateway.proxy.upstream"
+UPSTREAM_BOUNDARY = "gateway.exchange.upstream"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
 def test_transport_faults_become_values_in_one_package(path: Path) -> None:
-    """Past gateway/proxy/upstream/ a transport fault is a `TransportKind` (the call's result,
+    """Past gateway/exchange/upstream/ a transport fault is a `TransportKind` (the call's result,
     a capped read's, or `UpstreamResponse.fault` after `chunks()`), never an exception to
     catch again: only that package names the exceptions or maps them."""
     if module_name(path).startswith(UPSTREAM_BOUNDARY):

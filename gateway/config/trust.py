@@ -3,7 +3,7 @@
 `trusted_proxies` in the config is a list of CIDR blocks (docs/security.md). A request whose
 TCP peer is inside one of them came through a proxy the operator runs (a TLS-terminating
 ingress, the auth layer in front), so what that proxy says about the original client is kept:
-`Forwarded`, `X-Forwarded-*`, `X-Real-IP`, `True-Client-IP` (gateway.proxy.headers) and, with
+`Forwarded`, `X-Forwarded-*`, `X-Real-IP`, `True-Client-IP` (gateway.exchange.headers) and, with
 `callers.source: trusted_header`, the caller's name and extra scopes (gateway.resolve.callers).
 From any other peer those claims are the client's own word and are replaced or ignored.
 

@@ -32,6 +32,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.exchange.context import RequestContext
+from gateway.exchange.http_failure import answer_transport_failure
 from gateway.failure import Refusal, TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp.bridge_holders import Holder, holder_of
@@ -48,8 +50,6 @@ from gateway.mcp.jsonrpc import (
 )
 from gateway.mcp.rpc_errors import PARSE_ERROR, SERVER_ERROR, rpc_refusal
 from gateway.mcp.upgrade import Upgrader
-from gateway.proxy.context import RequestContext
-from gateway.proxy.http_failure import answer_transport_failure
 
 log = logging.getLogger("mendpoint.mcp")
 

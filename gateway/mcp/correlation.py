@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.enrich.step import FailureContext
+from gateway.exchange.context import RequestContext
 from gateway.failure import Mode
 from gateway.mcp.jsonrpc import (
     Pending,
@@ -22,7 +23,6 @@ from gateway.mcp.jsonrpc import (
     request_key,
 )
 from gateway.mcp.upgrade import CallSite, Outcome, Upgrader
-from gateway.proxy.context import RequestContext
 from gateway.resolve.service import Situation
 
 

@@ -23,6 +23,15 @@ from aiohttp import StreamReader, hdrs, web
 from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
+from gateway.exchange.body import Undecodable, decode_content
+from gateway.exchange.context import RequestContext
+from gateway.exchange.headers import client_response_headers, visible_ascii
+from gateway.exchange.http_failure import answer_transport_failure
+from gateway.exchange.own_answers import refuse
+from gateway.exchange.relay import relay
+from gateway.exchange.rewritten_headers import drop_body_bound
+from gateway.exchange.upstream.call import call_upstream
+from gateway.exchange.upstream.round_trip import UpstreamResponse
 from gateway.failure import Refusal, TransportKind
 from gateway.fence.aiohttp_private import RelayResponse
 from gateway.header_names import MCP_PROTOCOL_VERSION, MCP_SESSION_ID, REQUEST_ID
@@ -39,16 +48,6 @@ from gateway.mcp.rpc_errors import SERVER_ERROR, rpc_refusal
 from gateway.mcp.sessions_state import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
-from gateway.proxy.body import Undecodable, decode_content
-from gateway.proxy.context import RequestContext
-from gateway.proxy.forward import plain
-from gateway.proxy.headers import client_response_headers, visible_ascii
-from gateway.proxy.http_failure import answer_transport_failure
-from gateway.proxy.own_answers import refuse
-from gateway.proxy.relay import relay
-from gateway.proxy.rewritten_headers import drop_body_bound
-from gateway.proxy.upstream.call import call_upstream
-from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.text.capped_read import read_capped
 
 log = logging.getLogger("mendpoint.mcp")
@@ -60,7 +59,7 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
     origin = request.headers.get("Origin")
     why = refusal(origin, request.headers.get("Host"), spec)
     if why is not None:
-        return plain(403, why, ctx.request_id)
+        return _forbidden(why, ctx.request_id)
     if origin is not None:  # a browser, on an origin this route lets in
         if cors.is_preflight(request):
             return cors.preflight(request, origin, ctx.request_id)
@@ -254,3 +253,8 @@ def _bad_session_id(request_id: str) -> web.Response:
 
 
 __all__ = ["handle_mcp"]
+
+
+def _forbidden(why: str, request_id: str) -> web.Response:
+    """A plain 403 for a browser origin or host the route does not let in (docs/mcp.md)."""
+    return web.Response(status=403, text=why + "\n", headers=CIMultiDict({REQUEST_ID: request_id}))

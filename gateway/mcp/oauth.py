@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
-from gateway.proxy.routes import Route
+from gateway.exchange.routes import Route
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 MAX_METADATA_BYTES = 64 * 1024

@@ -24,14 +24,14 @@ from gateway.config.errors import Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.enrich.envelope import JSON_TYPE, Rendering
 from gateway.enrich.step import Enricher, FailureContext
+from gateway.exchange.answers import HttpAnswers, as_route_answers
+from gateway.exchange.headers import client_response_headers
+from gateway.exchange.http_failure import apply_rendering, matchable, synthesised
+from gateway.exchange.routes import Route, RouteTable
 from gateway.failure import Mode, Recovery, TransportKind
 from gateway.header_names import ACCEPT, REQUEST_ID
 from gateway.mcp.jsonrpc import Pending, encode
 from gateway.mcp.upgrade import Upgrader
-from gateway.proxy.answers import HttpAnswers, as_route_answers
-from gateway.proxy.headers import client_response_headers
-from gateway.proxy.http_failure import apply_rendering, matchable, synthesised
-from gateway.proxy.routes import Route, RouteTable
 from gateway.resolve.callers import ANONYMOUS, Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery, resolve_locally

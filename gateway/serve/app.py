@@ -23,22 +23,14 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import GatewayConfig, TelemetrySpec
 from gateway.config.watch import ConfigWatcher, reloaded_config
-from gateway.feedback import shared
-from gateway.feedback.capture import Captures
-from gateway.feedback.followups import FollowupBook
-from gateway.feedback.signatures import SignatureBook
-from gateway.fence.aiohttp_private import server_handler_kwargs
-from gateway.mcp import bridge_owners
-from gateway.mcp import sessions_state as mcp_runtime
-from gateway.proxy.connection import (
+from gateway.exchange.connection import (
     AnyPathResource,
     AsteriskResource,
     GatewayProtocol,
     close_after_upgrade_request,
 )
-from gateway.proxy.followup_watch import FOLLOWUP_BOOK
-from gateway.proxy.own_answers import refused_connection
-from gateway.proxy.state import (
+from gateway.exchange.own_answers import refused_connection
+from gateway.exchange.state import (
     CAPTURES,
     SIGNATURES,
     STATE,
@@ -46,7 +38,15 @@ from gateway.proxy.state import (
     GatewayState,
     StateHolder,
 )
-from gateway.proxy.upstream.pool import UpstreamClient
+from gateway.exchange.upstream.pool import UpstreamClient
+from gateway.feedback import shared
+from gateway.feedback.capture import Captures
+from gateway.feedback.followups import FollowupBook
+from gateway.feedback.signatures import SignatureBook
+from gateway.fence.aiohttp_private import server_handler_kwargs
+from gateway.http.followup_watch import FOLLOWUP_BOOK
+from gateway.mcp import bridge_owners
+from gateway.mcp import sessions_state as mcp_runtime
 from gateway.serve import listeners
 from gateway.serve.admin import admin_tokens, build_admin_app, warn_if_exposed
 from gateway.serve.connection_cap import ConnectionCap, Refuse

@@ -32,6 +32,8 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import WILDCARD_HOSTS
 from gateway.config.session_keys import SessionKeys
+from gateway.exchange.connection import GatewayProtocol, head_refusal
+from gateway.exchange.state import StateHolder
 from gateway.feedback.shared import SharedTracking
 from gateway.fence.aiohttp_private import (
     HeadCheck,
@@ -41,8 +43,6 @@ from gateway.fence.aiohttp_private import (
 )
 from gateway.mcp.bridge_replicas import ReplicaDirectory
 from gateway.mcp.sessions_state import McpRuntime
-from gateway.proxy.connection import GatewayProtocol, head_refusal
-from gateway.proxy.state import StateHolder
 from gateway.serve.listeners import dual_stack_socket
 
 log = logging.getLogger("mendpoint")

@@ -11,14 +11,14 @@ import time
 
 from aiohttp import HttpVersion11, hdrs, web
 
+from gateway.exchange.context import RequestContext, request_id_of
+from gateway.exchange.own_answers import path_refusal, refuse, refuse_unrouted
+from gateway.exchange.relay import send_continue
+from gateway.exchange.state import STATE, GatewayState
 from gateway.failure import Refusal
+from gateway.http.followup_watch import FOLLOWUP_BOOK, Watch
+from gateway.http.forward import forward, request_target
 from gateway.mcp.http_route import handle_mcp
-from gateway.proxy.context import RequestContext, request_id_of
-from gateway.proxy.followup_watch import FOLLOWUP_BOOK, Watch
-from gateway.proxy.forward import forward, request_target
-from gateway.proxy.own_answers import path_refusal, refuse, refuse_unrouted
-from gateway.proxy.relay import send_continue
-from gateway.proxy.state import STATE, GatewayState
 from gateway.telemetry.logs import AccessRecord
 from gateway.telemetry.metrics import IN_FLIGHT, count_request
 from gateway.telemetry.tracing import TRACING

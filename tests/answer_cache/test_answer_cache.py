@@ -23,10 +23,10 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_names, builtin_text, load_config
 from gateway.enrich.envelope import Rendering
 from gateway.enrich.step import Enricher, FailureContext
+from gateway.exchange.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
+from gateway.exchange.answers import HttpAnswers
 from gateway.failure import NO_RECOVERY, Mode
 from gateway.offline.fixtures import FixtureCase, load_fixtures, sample_of
-from gateway.proxy.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
-from gateway.proxy.answers import HttpAnswers
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from gateway.config.models import FollowupsSpec
+from gateway.exchange.context import fresh_request_id
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, digest
 from gateway.feedback.target_filter import where_of
-from gateway.proxy.context import fresh_request_id
 from gateway.telemetry.metrics import REGISTRY
 
 ROUTE, CODE, RULE = "orders", "RATE_LIMITED", "http-429"

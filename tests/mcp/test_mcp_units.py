@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from gateway.classify import Observation
 from gateway.config.route_model import RouteSpec
 from gateway.enrich.step import FailureContext
+from gateway.exchange.routes import Route
 from gateway.failure import Category, Failure, Mode
 from gateway.mcp import oauth
 from gateway.mcp.jsonrpc import (
@@ -39,7 +40,6 @@ from gateway.mcp.rewrite import (
 )
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import tool_error_observation
-from gateway.proxy.routes import Route
 from gateway.resolve.service import Situation
 
 PAYLOAD = {"error": {"code": "X"}, "failure": {"category": "NOT_FOUND"}}

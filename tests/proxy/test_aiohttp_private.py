@@ -30,6 +30,7 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from pytest_aiohttp import AiohttpClient
 
 from gateway.config.models import LimitsSpec
+from gateway.exchange.upstream.round_trip import Exchange
 from gateway.fence.aiohttp_private import (
     OneWriteResponse,
     RelayResponse,
@@ -37,7 +38,6 @@ from gateway.fence.aiohttp_private import (
     check_request_heads,
     server_handler_kwargs,
 )
-from gateway.proxy.upstream.exchange import Exchange
 from tests.support.paths import PACKAGE
 
 HANDLER = "aiohttp.client_proto.ResponseHandler"

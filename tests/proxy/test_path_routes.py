@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 
 from gateway.config.route_model import PathSpec, RouteSpec
-from gateway.proxy.routes import RouteTable
+from gateway.exchange.routes import RouteTable
 from tests.support.curl import curl
 from tests.support.gateway import RawResponse, StartGateway, StartUpstream, exchange_raw
 from tests.support.mcp import INIT

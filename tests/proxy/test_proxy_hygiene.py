@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDictProxy
 from yarl import URL
 
-from gateway.proxy.headers import visible_ascii
+from gateway.exchange.headers import visible_ascii
 from tests.support.gateway import (
     RawResponse,
     StartGateway,

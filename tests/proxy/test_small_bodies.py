@@ -10,9 +10,9 @@ import pytest
 from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
-from gateway.proxy.relay import arrived_whole
-from gateway.proxy.upstream.links import Origin
-from gateway.proxy.upstream.pool import UpstreamClient
+from gateway.exchange.relay import arrived_whole
+from gateway.exchange.upstream.links import Origin
+from gateway.exchange.upstream.pool import UpstreamClient
 from tests.support.gateway import StartRaw
 from tests.support.small_bodies import SHAPES, SHORTCUT, SPLIT_DELAY_S, serve_shapes
 

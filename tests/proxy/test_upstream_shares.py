@@ -24,9 +24,9 @@ from aiohttp import web
 
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
-from gateway.proxy.shares import OPEN_ENDED_STREAM_S
-from gateway.proxy.state import UPSTREAM
-from gateway.proxy.upstream.pool import UpstreamClient
+from gateway.exchange.shares import OPEN_ENDED_STREAM_S
+from gateway.exchange.state import UPSTREAM
+from gateway.exchange.upstream.pool import UpstreamClient
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import (
     RunningGateway,

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.proxy.state import STATE
+from gateway.exchange.state import STATE
 from gateway.resolve.server import build_resolver_app
 from gateway.resolve.service import RecoveryService
 from gateway.telemetry.metrics import REGISTRY

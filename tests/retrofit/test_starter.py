@@ -17,10 +17,10 @@ from aiohttp import web
 from gateway.cli import main
 from gateway.config.loader import builtin_names, load_config
 from gateway.config.route_model import RouteSpec
+from gateway.exchange.routes import Route
 from gateway.failure import Category
 from gateway.offline.openapi import OpenApiError, load, parse
 from gateway.offline.starter import build, category_for, says_more_than_status, upper_snake
-from gateway.proxy.routes import Route
 from tests.frameworks.orders_api import app as orders_app
 from tests.support.frameworks import FrameworkApp, python_app, running
 from tests.support.gateway import StartGateway, StartUpstream

@@ -13,14 +13,14 @@ import aiohttp
 import pytest
 from multidict import CIMultiDictProxy
 
-from gateway.proxy.state import STATE
+from gateway.exchange.state import STATE
 from tests.support.gateway import RunningGateway
 
 ADVISORY = ("X-Error-Code", "X-Error-Retryable", "X-Error-Recoverable", "X-Recovery-Available")
 IGNORED = frozenset({"date", "via", "x-request-id", "server"})
 STEPS = {
     "classify": ("classifier", "classify"),
-    "render": ("gateway.proxy.answers", "render"),
+    "render": ("gateway.exchange.answers", "render"),
     "message-template": ("gateway.classify.engine", "build_failure"),
 }
 """Steps of classify → resolve → render that can raise: (owner, attribute) to replace."""

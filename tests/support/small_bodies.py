@@ -1,12 +1,12 @@
 """A raw upstream whose answers take each side of the relay's one-write shortcut
-(gateway/proxy/relay.py, `arrived_whole`): the path names the shape, the bytes are exact."""
+(gateway/exchange/relay.py, `arrived_whole`): the path names the shape, the bytes are exact."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
 
-from gateway.proxy.relay import SMALL_BODY
+from gateway.exchange.relay import SMALL_BODY
 
 # Every byte value, CR LF included, so a framing slip would show.
 PATTERN = bytes(range(256))

@@ -33,9 +33,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
+from gateway.exchange.upstream.links import Origin
+from gateway.exchange.upstream.pool import UpstreamClient
 from gateway.fence.aiohttp_private import server_handler_kwargs
-from gateway.proxy.upstream.links import Origin
-from gateway.proxy.upstream.pool import UpstreamClient
 from tests.support.gateway import StartGateway, StartRaw, StartUpstream, route_config
 from tests.support.mcp import INIT
 from tests.support.paths import MCP_SERVERS, PACKAGE

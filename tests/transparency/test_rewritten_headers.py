@@ -14,7 +14,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gateway.proxy.rewritten_headers import BODY_HEADERS
+from gateway.exchange.rewritten_headers import BODY_HEADERS
 from tests.support.gateway import StartGateway, StartUpstream, route_config
 
 BODY = b'{"message":"Range Not Satisfiable"}'

@@ -15,7 +15,7 @@ import socket
 import httpx
 import pytest
 
-import gateway.proxy.upstream.links as upstream_client
+import gateway.exchange.upstream.links as upstream_client
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import StartGateway, StartRaw, route_config
 

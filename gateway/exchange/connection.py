@@ -26,6 +26,8 @@ from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.web import RequestHandler
 from yarl import URL
 
+from gateway.exchange.own_answers import refused_head
+from gateway.exchange.state import StateHolder
 from gateway.failure import Refusal
 from gateway.fence.aiohttp_private import (
     BadHttpMessage,
@@ -35,8 +37,6 @@ from gateway.fence.aiohttp_private import (
     RawRequestMessage,
     check_request_heads,
 )
-from gateway.proxy.own_answers import refused_head
-from gateway.proxy.state import StateHolder
 from gateway.telemetry.logs import Throttled
 
 TOO_MANY_HEADERS = "Too many headers received"

@@ -20,10 +20,10 @@ import logging
 import aiohttp
 from aiohttp import StreamReader, hdrs, web
 
+from gateway.exchange.context import RequestContext, echo_request_id
+from gateway.exchange.headers import client_response_headers
+from gateway.exchange.upstream.round_trip import UpstreamResponse
 from gateway.fence.aiohttp_private import BaseProtocol, RelayResponse, ResponseHandler, StreamWriter
-from gateway.proxy.context import RequestContext, echo_request_id
-from gateway.proxy.headers import client_response_headers
-from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.telemetry.metrics import TUNNELS_CLOSED, TUNNELS_OPENED
 
 log = logging.getLogger("mendpoint.proxy")

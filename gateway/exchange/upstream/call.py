@@ -11,15 +11,15 @@ import time
 from aiohttp import hdrs
 
 from gateway.config.trust import unmapped_peer
+from gateway.exchange.body import RequestBody
+from gateway.exchange.context import RequestContext
+from gateway.exchange.headers import upstream_request_headers
+from gateway.exchange.shares import PoolFull
+from gateway.exchange.state import UPSTREAM
+from gateway.exchange.upstream.deadline import ResponseDeadline
+from gateway.exchange.upstream.links import UPSTREAM_ERRORS, Interim, transport_kind
+from gateway.exchange.upstream.round_trip import UpstreamResponse
 from gateway.failure import Refusal, TransportKind
-from gateway.proxy.body import RequestBody
-from gateway.proxy.context import RequestContext
-from gateway.proxy.headers import upstream_request_headers
-from gateway.proxy.shares import PoolFull
-from gateway.proxy.state import UPSTREAM
-from gateway.proxy.upstream.deadline import ResponseDeadline
-from gateway.proxy.upstream.exchange import UpstreamResponse
-from gateway.proxy.upstream.links import UPSTREAM_ERRORS, Interim, transport_kind
 from gateway.telemetry.logs import Throttled
 from gateway.telemetry.metrics import count_pool_refusal, observe_upstream
 

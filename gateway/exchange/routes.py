@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from yarl import URL
 
 from gateway.config.route_model import RouteSpec
+from gateway.exchange.request_path import DEFAULT_RULES, PathRules, is_plain, read
+from gateway.exchange.upstream.links import Origin
 from gateway.failure import Mode
-from gateway.proxy.request_path import DEFAULT_RULES, PathRules, is_plain, read
-from gateway.proxy.upstream.links import Origin
 
 log = logging.getLogger("mendpoint")
 

@@ -29,13 +29,13 @@ from multidict import CIMultiDict
 from gateway.classify import Observation
 from gateway.enrich.envelope import TEXT_TYPE, Rendering
 from gateway.enrich.step import FailureContext
+from gateway.exchange.body import ACCEPT_ENCODING
+from gateway.exchange.context import RequestContext, fresh_request_id
+from gateway.exchange.http_failure import apply_rendering
+from gateway.exchange.routes import asked_mode
+from gateway.exchange.state import GatewayState
 from gateway.failure import Mode, Refusal
 from gateway.header_names import ERROR_FORMAT, REQUEST_ID
-from gateway.proxy.body import ACCEPT_ENCODING
-from gateway.proxy.context import RequestContext, fresh_request_id
-from gateway.proxy.http_failure import apply_rendering
-from gateway.proxy.routes import asked_mode
-from gateway.proxy.state import GatewayState
 from gateway.resolve.callers import ANONYMOUS
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord

@@ -24,9 +24,9 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.config.route_model import TlsSpec
 from gateway.config.tls import tls_context
+from gateway.exchange.shares import Share
 from gateway.failure import TransportKind
 from gateway.fence.aiohttp_private import LazyReadTimeoutProtocol
-from gateway.proxy.shares import Share
 from gateway.telemetry.logs import Throttled
 
 log = logging.getLogger("mendpoint.upstream")

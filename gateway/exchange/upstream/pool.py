@@ -3,22 +3,20 @@
 Why not `aiohttp.ClientSession`: a profile of the success path put about a third of each
 request's CPU inside `ClientSession._request`, almost all of it for features a transparent
 proxy must switch off anyway (URL joining, cookies, redirects, auto headers, auth, traces,
-retries). This client keeps the parts worth keeping from aiohttp (the exchange, in
-`gateway.proxy.upstream.exchange`) and drops the rest. The pool decides which connection a
-request gets:
+retries). This client keeps what is worth keeping of aiohttp
+(`gateway.exchange.upstream.round_trip`) and drops the rest. The pool decides which
+connection a request gets:
 
 - a connection returns to the pool only when its response was read whole, its request body
   was sent whole, and neither side asked to close;
-- stale connections are noticed before they are used: a peer's close still waiting in the
-  kernel is polled for, an idle connection is retired before the upstream's keep-alive timeout
-  (`Keep-Alive: timeout=N`, else `limits.upstream_idle_timeout_s`), and a connection whose
-  last answer was a 5xx (servers often close 1-4 ms after one) is given only to a request
-  that could be replayed;
+- stale connections are noticed before use: a peer's close waiting in the kernel is polled
+  for, an idle one is retired before the upstream's keep-alive timeout (`Keep-Alive:
+  timeout=N`, else `limits.upstream_idle_timeout_s`), and one whose last answer was a 5xx
+  (servers often close 1-4 ms after one) goes only to a request that could be replayed;
 - fair shares (docs/transparency.md#fair-shares-of-the-pool): each route's requests hold at
   most its `routes[].max_connections`, and an answer that is a long-lived stream leaves the
   request limits for `limits.max_upstream_streams`, so streams cannot starve short requests.
-  When the gateway's own limit is why no connection came within the wait, `PoolFull` says
-  which (nothing was sent);
+  `PoolFull` says which of the gateway's own limits kept a connection away (nothing sent);
 - one replay, as mature HTTP clients do: when a *reused* connection fails before any byte of
   an answer, a request that is safe to send again (no body or a small one kept whole, and an
   idempotent method or nothing written) goes once more on a fresh connection. Nothing else
@@ -35,8 +33,7 @@ from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.config.models import LimitsSpec
-from gateway.fence.aiohttp_private import ResponseHandler, TimeoutHandle
-from gateway.proxy.shares import (
+from gateway.exchange.shares import (
     OPEN_ENDED_STREAM_S,
     UNLIMITED,
     PoolFull,
@@ -44,15 +41,23 @@ from gateway.proxy.shares import (
     is_event_stream,
     wake_first,
 )
-from gateway.proxy.upstream.deadline import ResponseDeadline
-from gateway.proxy.upstream.exchange import (
+from gateway.exchange.upstream.deadline import ResponseDeadline
+from gateway.exchange.upstream.links import (
+    AttemptWatcher,
+    Dialer,
+    Interim,
+    Link,
+    Origin,
+    peer_closed,
+)
+from gateway.exchange.upstream.round_trip import (
     Body,
     Exchange,
     UpstreamResponse,
     may_replay,
     replayable,
 )
-from gateway.proxy.upstream.links import AttemptWatcher, Dialer, Interim, Link, Origin, peer_closed
+from gateway.fence.aiohttp_private import ResponseHandler, TimeoutHandle
 from gateway.telemetry.metrics import UPSTREAM_REPLAYS, UPSTREAM_STREAMS
 
 log = logging.getLogger("mendpoint.upstream")

@@ -14,14 +14,14 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.enrich.envelope import TEXT_TYPE, Rendering
+from gateway.exchange.body import decoded_for_matching
+from gateway.exchange.context import RequestContext, echo_request_id
+from gateway.exchange.headers import client_response_headers
+from gateway.exchange.relay import RewrittenResponse, relay
+from gateway.exchange.rewritten_headers import drop_body_bound
+from gateway.exchange.upstream.round_trip import UpstreamResponse
 from gateway.failure import Mode, TransportKind
 from gateway.header_names import REQUEST_ID
-from gateway.proxy.body import decoded_for_matching
-from gateway.proxy.context import RequestContext, echo_request_id
-from gateway.proxy.headers import client_response_headers
-from gateway.proxy.relay import RewrittenResponse, relay
-from gateway.proxy.rewritten_headers import drop_body_bound
-from gateway.proxy.upstream.exchange import UpstreamResponse
 from gateway.telemetry.metrics import FallbackReason
 
 log = logging.getLogger("mendpoint.proxy")

@@ -4,7 +4,7 @@ The enrichment step (`gateway.enrich.step`) is the same for every transport; wha
 answer adds is decided here: the route's `json_for_json_clients` and `meta_original` with the
 request's `Accept` (`RouteAnswers`), the headers and body for the mode (`rendering`), the
 answer cache that replays a repeated failure's answer with this request's id
-(gateway/proxy/answer_cache.py), and the synchronous answer for a refusal where nothing can
+(gateway/exchange/answer_cache.py), and the synchronous answer for a refusal where nothing can
 wait (`refused_now`). `mendpoint explain` renders through the same `HttpAnswers`, so it
 prints what the proxy would send.
 """
@@ -24,8 +24,8 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.route_model import MetaOriginalSpec, RouteSpec
 from gateway.enrich.envelope import KEEP_ALL, FailureFacts, Rendering, render
 from gateway.enrich.step import Enricher, FailureContext
+from gateway.exchange.answer_cache import AnswerCache, CachedAnswer, fillable
 from gateway.failure import NO_RECOVERY, Mode, Recovery
-from gateway.proxy.answer_cache import AnswerCache, CachedAnswer, fillable
 from gateway.telemetry.metrics import FallbackReason, count_answer_cache, count_envelope
 from gateway.text.accept import prefers_json
 
@@ -91,7 +91,7 @@ class HttpAnswers:
     def __init__(self, step: Enricher, cache: AnswerCache | None = None) -> None:
         self.step = step
         self.answers = cache if step.live else None
-        """Repeated failures' answers (gateway/proxy/answer_cache.py); None: every one enriched."""
+        """Repeated failures' answers (exchange/answer_cache.py); None: every one enriched."""
 
     @classmethod
     def build(cls, loaded: LoadedConfig, step: Enricher) -> HttpAnswers:

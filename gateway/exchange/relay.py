@@ -15,9 +15,9 @@ import logging
 from aiohttp import HttpVersion11, hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from gateway.exchange.headers import client_response_headers
+from gateway.exchange.upstream.round_trip import UpstreamResponse
 from gateway.fence.aiohttp_private import OneWriteResponse, RelayResponse
-from gateway.proxy.headers import client_response_headers
-from gateway.proxy.upstream.exchange import UpstreamResponse
 
 log = logging.getLogger("mendpoint.proxy")
 

@@ -16,11 +16,11 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.models import GatewayConfig
 from gateway.config.trust import TrustedProxies
 from gateway.enrich.step import Enricher
+from gateway.exchange.answers import HttpAnswers
+from gateway.exchange.routes import RouteTable
+from gateway.exchange.upstream.pool import UpstreamClient
 from gateway.feedback.capture import Captures
 from gateway.feedback.signatures import SignatureBook
-from gateway.proxy.answers import HttpAnswers
-from gateway.proxy.routes import RouteTable
-from gateway.proxy.upstream.pool import UpstreamClient
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
 

@@ -5,7 +5,7 @@
 - aiohttp's `ResponseHandler` with its C parser reads the answer (line and header limits,
   chunked and length framing, flow control, the per-read `sock_read` timeout); interim
   answers (100 Continue, 103 Early Hints) are passed on before the final one;
-- the pool (`gateway.proxy.upstream.pool`) owns the connection before and after: the
+- the pool (`gateway.exchange.upstream.pool`) owns the connection before and after: the
   response hands it back through `LinkOwner`.
 """
 
@@ -24,6 +24,17 @@ from aiohttp import StreamReader, hdrs
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.config.models import LimitsSpec
+from gateway.exchange.body import RequestBody
+from gateway.exchange.upstream.deadline import ResponseDeadline, expire
+from gateway.exchange.upstream.links import (
+    CONNECTION_LOST,
+    UPSTREAM_ERRORS,
+    Link,
+    Origin,
+    UpstreamFault,
+    keep_alive_limit,
+    transport_kind,
+)
 from gateway.failure import TransportKind
 from gateway.fence.aiohttp_private import (
     BadHttpMessage,
@@ -32,17 +43,6 @@ from gateway.fence.aiohttp_private import (
     LineTooLong,
     ResponseHandler,
     StreamWriter,
-)
-from gateway.proxy.body import RequestBody
-from gateway.proxy.upstream.deadline import ResponseDeadline, expire
-from gateway.proxy.upstream.links import (
-    CONNECTION_LOST,
-    UPSTREAM_ERRORS,
-    Link,
-    Origin,
-    UpstreamFault,
-    keep_alive_limit,
-    transport_kind,
 )
 from gateway.text.capped_read import read_capped
 

@@ -14,18 +14,16 @@ import functools
 import logging
 
 from aiohttp import web
-from multidict import CIMultiDict
 
+from gateway.exchange.body import BodyStalled, BodyTooLarge, RequestBody
+from gateway.exchange.context import RequestContext, echo_request_id
+from gateway.exchange.headers import client_response_headers
+from gateway.exchange.http_failure import answer_transport_failure, answer_upstream_failure
+from gateway.exchange.own_answers import refuse
+from gateway.exchange.relay import relay, relay_interim
+from gateway.exchange.upstream.call import call_upstream
 from gateway.failure import Refusal, TransportKind
-from gateway.header_names import REQUEST_ID
-from gateway.proxy.body import BodyStalled, BodyTooLarge, RequestBody
-from gateway.proxy.context import RequestContext, echo_request_id
-from gateway.proxy.headers import client_response_headers
-from gateway.proxy.http_failure import answer_transport_failure, answer_upstream_failure
-from gateway.proxy.own_answers import refuse
-from gateway.proxy.relay import relay, relay_interim
-from gateway.proxy.tunnel import WEBSOCKET, tunnel, websocket_upgrade
-from gateway.proxy.upstream.call import call_upstream
+from gateway.http.tunnel import WEBSOCKET, tunnel, websocket_upgrade
 
 log = logging.getLogger("mendpoint.proxy")
 
@@ -86,14 +84,6 @@ def request_target(request: web.Request) -> str:
     if raw.startswith("/"):
         return raw
     return request.rel_url.raw_path_qs or "/"
-
-
-def plain(status: int, text: str, request_id: str) -> web.Response:
-    return web.Response(
-        status=status,
-        text=text + "\n",
-        headers=CIMultiDict({REQUEST_ID: request_id}),
-    )
 
 
 async def _body_failure(failure: BodyTooLarge | BodyStalled, ctx: RequestContext) -> web.Response:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from gateway.exchange.context import RequestContext
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, OpenFailure, digest
 from gateway.feedback.target_filter import where_of
-from gateway.proxy.context import RequestContext
 
 CREDENTIAL_HEADERS = ("Authorization", "Cookie")
 FOLLOWUP_BOOK = web.AppKey("mendpoint_followups", FollowupBook)

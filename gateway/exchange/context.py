@@ -21,13 +21,13 @@ from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
 from gateway.config.trust import from_sibling
 from gateway.enrich.step import CaptureSink, FailureContext, fell_back
+from gateway.exchange.answers import NO_ROUTE_ANSWERS, RouteAnswers
+from gateway.exchange.headers import visible_ascii
+from gateway.exchange.routes import Route, choose_mode
+from gateway.exchange.state import CAPTURES, SIGNATURES, GatewayState
+from gateway.exchange.upstream.deadline import ResponseDeadline
 from gateway.failure import Mode
 from gateway.header_names import ACCEPT, ERROR_FORMAT, RELAYED_PEER, REQUEST_ID
-from gateway.proxy.answers import NO_ROUTE_ANSWERS, RouteAnswers
-from gateway.proxy.headers import visible_ascii
-from gateway.proxy.routes import Route, choose_mode
-from gateway.proxy.state import CAPTURES, SIGNATURES, GatewayState
-from gateway.proxy.upstream.deadline import ResponseDeadline
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord
