@@ -30,13 +30,14 @@ from bench.mcp_server import PATH, TOOL, answer, dump, missing_path, ok_path
 from gateway.config.loader import load_config
 from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Mode
-from gateway.feedback.signatures import SignatureBook
+from gateway.feedback.signatures import SignatureBook, SignatureObserver
 from gateway.mcp.correlation import Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import Pending, RequestTable, request_key
 from gateway.mcp.upgrade import Upgrader
 from gateway.resolve.callers import ANONYMOUS
 from gateway.resolve.service import Situation
-from gateway.telemetry.logs import AccessRecord
+from gateway.telemetry.logs import AccessNotes, AccessRecord
+from gateway.telemetry.metrics import FailureMetrics
 
 ROUTE = "tools"
 PENDING = Pending("tools/call", TOOL)
@@ -48,7 +49,6 @@ class BenchSite:
 
     mode: Mode
     record: AccessRecord
-    signatures: SignatureBook
     route_name: str = ROUTE
     path: str = PATH
     idempotent: bool = False
@@ -61,8 +61,7 @@ class BenchSite:
             caller=ANONYMOUS,
             situation=situation,
             started=self.record.started,
-            record=self.record,
-            signatures=self.signatures,
+            notes=self.record,
         )
 
 
@@ -70,7 +69,9 @@ def upgrader(root: Path, mode: str) -> Upgrader:
     path = root / f"mcp-{mode}.yaml"
     path.write_text(json.dumps(mendpoint_config("http://127.0.0.1:9", mode)))
     loaded = load_config(str(path))
-    return Upgrader(Enricher.build(loaded), loaded.config.mcp)
+    # The observers a gateway declares for a route without capture.
+    observers = (AccessNotes(), FailureMetrics(), SignatureObserver(SignatureBook()))
+    return Upgrader(Enricher.build(loaded, observers), loaded.config.mcp)
 
 
 def reply(n: int, failing: bool) -> bytes:
@@ -83,26 +84,25 @@ def reply(n: int, failing: bool) -> bytes:
     return dump(message)
 
 
-async def one(step: Upgrader, mode: Mode, book: SignatureBook, n: int, raw: bytes) -> bytes | None:
+async def one(step: Upgrader, mode: Mode, n: int, raw: bytes) -> bytes | None:
     table = RequestTable(64)
     key = request_key(n)
     assert key is not None
     table.add(key, PENDING)
     record = AccessRecord(f"{n:032x}", "POST", PATH, time.monotonic())
-    site = BenchSite(mode, record, book)
+    site = BenchSite(mode, record)
     new, _ = await rewrite_payload(raw, Tracker(table, None), step, site)
     return new
 
 
 async def median_us(step: Upgrader, mode: Mode, failing: bool, loops: int, rounds: int) -> float:
-    book = SignatureBook()
     replies = [reply(i + 1, failing) for i in range(loops)]
-    await one(step, mode, book, 1, replies[0])
+    await one(step, mode, 1, replies[0])
     per_call = []
     for _ in range(rounds):
         begun = time.process_time()
         for i, raw in enumerate(replies):
-            await one(step, mode, book, i + 1, raw)
+            await one(step, mode, i + 1, raw)
         per_call.append((time.process_time() - begun) / loops * 1e6)
     return statistics.median(per_call)
 
@@ -110,10 +110,9 @@ async def median_us(step: Upgrader, mode: Mode, failing: bool, loops: int, round
 def check(steps: dict[str, Upgrader]) -> None:
     """A broken setup is never measured: the failure is upgraded in additive mode, classified
     by the shipped ENOENT rule, and a success goes out untouched."""
-    book = SignatureBook()
-    new = asyncio.run(one(steps["additive"], Mode.ADDITIVE, book, 7, reply(7, True)))
+    new = asyncio.run(one(steps["additive"], Mode.ADDITIVE, 7, reply(7, True)))
     assert new is not None and b"FILE_NOT_FOUND" in new, new
-    assert asyncio.run(one(steps["additive"], Mode.ADDITIVE, book, 8, reply(8, False))) is None
+    assert asyncio.run(one(steps["additive"], Mode.ADDITIVE, 8, reply(8, False))) is None
 
 
 def main() -> int:

@@ -2,7 +2,8 @@
 
 Low in the layering (it imports nothing) so the HTTP data path, the MCP relays and the
 bridge all use the same spelling. Header names are case-insensitive on the wire; where a
-lower-case form is needed (the hygiene sets of `proxy/headers.py`) it is derived from these.
+lower-case form is needed (the hygiene sets of gateway/exchange/headers.py) it is derived
+from these.
 """
 
 from __future__ import annotations

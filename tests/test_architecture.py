@@ -26,10 +26,12 @@ import pytest
 from tests.support.paths import PACKAGE
 
 LAYERS = {
-    # vocabulary: the words every layer uses, and the fence around other projects' internals
+    # vocabulary: the words every layer uses (failures, header names, what the failure path
+    # tells its observers), and the fence around other projects' internals
     "gateway": 0,
     "gateway.failure": 0,
     "gateway.header_names": 0,
+    "gateway.observers": 0,
     "gateway.fence": 0,
     # text helpers and telemetry (metrics, logs) that any layer may call
     "gateway.text": 1,
@@ -162,6 +164,38 @@ def test_the_transports_are_peers(path: Path) -> None:
     assert not crossing, f"{module} imports the other transport: {sorted(crossing)}"
 
 
+SPAWNS = frozenset({"create_task", "ensure_future"})
+
+
+def dropped_tasks(tree: ast.AST) -> list[int]:
+    """Lines where a task is started and its reference thrown away."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and (
+            node.value.func.attr
+            if isinstance(node.value.func, ast.Attribute)
+            else getattr(node.value.func, "id", "")
+        )
+        in SPAWNS
+    ]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])
+def test_every_background_task_is_kept(path: Path) -> None:
+    """The loop holds only a weak reference to a task: one nobody keeps may be collected
+    before it ends, and nobody awaits its exception. Keep it (a set, discarded when done),
+    and await or cancel it when its owner closes (as `bridge_owners` closes its clients)."""
+    assert dropped_tasks(ast.parse(path.read_text())) == []
+
+
+def test_the_task_check_sees_a_dropped_task() -> None:
+    tree = ast.parse("loop.create_task(x())\nkept = asyncio.ensure_future(y())\n")
+    assert dropped_tasks(tree) == [1]
+
+
 def test_no_import_cycles() -> None:
     found = cycles(GRAPH)
     described = [
@@ -209,7 +243,7 @@ def test_only_telemetry_may_import_prometheus() -> None:
 
 
 MAX_MODULE_LINES = 450
-VOCABULARY = {"__init__.py", "__main__.py", "failure.py", "header_names.py"}
+VOCABULARY = {"__init__.py", "__main__.py", "failure.py", "header_names.py", "observers.py"}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[module_name(p) for p in MODULES])

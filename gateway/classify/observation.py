@@ -64,7 +64,7 @@ class Observation:
         """The Unix time, read once: a retry hint given as an instant (an HTTP-date) needs it.
 
         Reading it makes the verdict depend on when it was made (`clock_read`): the answer
-        cache never keeps such a verdict (gateway/exchange/answer_cache.py).
+        cache never keeps such a verdict (gateway/http/answer_cache.py).
         """
         if self.instant is None:
             self.instant = time.time()

@@ -190,7 +190,7 @@ def _admin_token_argument(command: argparse.ArgumentParser) -> None:
 
 
 class _SchemaKinds:
-    """The `schema` command's choices, read from `offline.schema` (the config models) only
+    """The `schema` command's choices, read from `gateway.offline.schema` (the config models) only
     when that command is parsed or its help printed: building the parser imports nothing
     heavy (the module docstring says why)."""
 

@@ -1,38 +1,24 @@
-"""Rendering a classified failure for each delivery mode (docs/spec.md, Shapes and Headers).
+"""The shapes of a classified failure (docs/spec.md, Shapes): the `error` and `failure`
+objects, the whole envelope, and the additive insertion into an upstream's JSON object.
 
-Takes a `Failure`, its `Recovery` and what the upstream sent; returns a `Rendering`: the
-headers to add and, when the body changes, the new body and content type. The status is never
-changed here. Header values are built only from rule constants and booleans, so nothing the
-upstream wrote can put CR/LF or other bytes into a header.
-
-In `additive` mode an HTML or text page is the upstream's to send, except to a client that
-prefers JSON on a route that answers such clients with JSON (`routes[].json_for_json_clients`):
-that client gets the envelope, and every answer that depended on `Accept` says so in `Vary`.
-`meta.original` carries what the route's `meta_original` keeps of the body, redacted.
+Transport-neutral: an HTTP answer (gateway/exchange/answer.py decides which shape each mode
+and case gets, and every header), an MCP tool result or JSON-RPC error
+(gateway/mcp/upgrade.py) and `mendpoint explain` are built from these. `meta.original`
+carries what the route's `meta_original` keeps of the body, redacted.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.classify.redact import Redactor
 from gateway.config.route_model import MetaOriginalSpec
-from gateway.failure import Failure, Mode, Recovery, Refusal, TransportKind
+from gateway.failure import Failure, Recovery, Refusal, TransportKind
 from gateway.text.body_text import BodyText, body_text, declared_text
 from gateway.text.json_insert import ObjectText, members_text, scan_document, scan_object_at
-from gateway.text.json_text import Raw, as_raw, dump
+from gateway.text.json_text import Raw, as_raw
 
-JSON_TYPE = "application/json"
-TEXT_TYPE = "text/plain; charset=utf-8"
-PAGE_TYPES = frozenset(
-    {"text/html", "application/xhtml+xml", "text/plain", "application/xml", "text/xml"}
-)
-"""Bodies a JSON client cannot use: enveloped for it when its route says so. Also any
-`+xml` type, and text sent untyped or as `application/octet-stream` (nginx's default type)."""
-UNTYPED = frozenset({"", "application/octet-stream"})
-TEXT_PROBE_BYTES = 1024
 KEEP_ALL = MetaOriginalSpec()
 
 
@@ -49,100 +35,8 @@ class FailureFacts:
     transport: TransportKind | None = None
     refusal: Refusal | None = None
     """The gateway answered the request itself: there is no upstream answer at all."""
-    upstream_retry_after: bool = False
-    json_clients: bool = False
-    """The route answers a JSON client's HTML or text error with the envelope."""
-    prefers_json: bool = False
-    """The request's `Accept` prefers JSON over HTML (`gateway.text.accept`)."""
     original: MetaOriginalSpec = KEEP_ALL
     """What `meta.original` keeps of the body (the route's `meta_original`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rendering:
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes | None = None
-    content_type: str | None = None
-
-
-def render(
-    mode: Mode,
-    failure: Failure,
-    recovery: Recovery,
-    facts: FailureFacts,
-    prefix: str,
-    redactor: Redactor | None = None,
-) -> Rendering:
-    """The response changes for `mode`; a `body` of None means "send the upstream's body".
-
-    `redactor` cleans what `meta.original` copies of the body (the failure's message and
-    fields come already redacted from the enrichment step)."""
-    headers = advisory_headers(failure, recovery, prefix, facts.upstream_retry_after)
-    synthesized = facts.transport is not None
-    if mode is Mode.ORIGINAL:
-        if synthesized:
-            return Rendering([], _plain_reason(failure), TEXT_TYPE)
-        return Rendering()
-    if mode is Mode.HEADERS:
-        return Rendering(
-            headers,
-            _plain_reason(failure) if synthesized else None,
-            TEXT_TYPE if synthesized else None,
-        )
-    if mode is Mode.ENVELOPE or synthesized or facts.refusal is not None:
-        # No upstream body to add to: the envelope is the whole answer. (In `original` and
-        # `headers` modes the gateway's own plain-text answer stays, as it was.)
-        return Rendering(headers, dump(envelope(failure, recovery, facts, redactor)), JSON_TYPE)
-    merged = additive(facts.body, facts.content_type, failure, recovery, facts.request_id)
-    if merged is not None:
-        return Rendering(headers, merged, None)
-    if facts.json_clients and is_page(facts.content_type, facts.body):
-        headers.append(("Vary", "Accept"))  # a cache must not give one client's answer to the other
-        if facts.prefers_json:
-            body = dump(envelope(failure, recovery, facts, redactor))
-            return Rendering(headers, body, JSON_TYPE)
-    return Rendering(headers)
-
-
-def is_page(content_type: str, body: bytes | None = None) -> bool:
-    """An HTML, plain-text or XML body (the media type, parameters aside), or a text body
-    whose type says nothing (none, or `application/octet-stream`)."""
-    media = content_type.partition(";")[0].strip().lower()
-    if media in PAGE_TYPES or media.endswith("+xml"):
-        return True
-    return media in UNTYPED and bool(body) and _reads_as_text(body or b"")
-
-
-def _reads_as_text(body: bytes) -> bool:
-    """UTF-8 with no control characters but line breaks and tabs (a cut character at the
-    probe's end aside)."""
-    head = body[:TEXT_PROBE_BYTES]
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 3:
-            return False
-        text = head[: exc.start].decode("utf-8")
-    return not any((c < " " and c not in "\t\r\n") or c == "\x7f" for c in text)
-
-
-def advisory_headers(
-    failure: Failure, recovery: Recovery, prefix: str, upstream_retry_after: bool
-) -> list[tuple[str, str]]:
-    headers = [
-        (f"{prefix}Code", failure.code),
-        (f"{prefix}Retryable", _bool(failure.retryable)),
-        (f"{prefix}Recoverable", _bool(failure.recoverable)),
-        ("X-Recovery-Available", _bool(recovery.available)),
-    ]
-    if failure.retryable and failure.retry_after_ms is not None and not upstream_retry_after:
-        headers.append(("Retry-After", retry_after_value(failure.retry_after_ms)))
-    return headers
-
-
-def retry_after_value(retry_after_ms: int) -> str:
-    """`Retry-After` in whole seconds, rounded up, for a delay in milliseconds."""
-    return str(math.ceil(retry_after_ms / 1000))
 
 
 def error_object(failure: Failure, recovery: Recovery, request_id: str) -> dict[str, Any]:
@@ -275,11 +169,3 @@ def _original(facts: FailureFacts, redactor: Redactor | None) -> dict[str, Any] 
         cut = clean.encode("utf-8")[: keep.max_bytes].decode("utf-8", "ignore")
         return {**original, "body": cut, "truncated": True, "bytes": len(facts.body)}
     return {**original, "body": body}
-
-
-def _plain_reason(failure: Failure) -> bytes:
-    return f"{failure.code}: {failure.message}\n".encode()
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"

@@ -1,7 +1,7 @@
 """The one enrichment step: classify → resolve → render, failing open, counted.
 
-Every place that meets a failure calls it: the HTTP failure path (`proxy.http_failure`),
-every MCP transport (`mcp.upgrade`, for the Streamable HTTP route, the bridge and stdio) and
+Every place that meets a failure calls it: the HTTP failure path (`gateway.http.failure_path`),
+every MCP transport (`gateway.mcp.upgrade`, for the Streamable HTTP route, the bridge and stdio) and
 `mendpoint explain`. They differ only in how a classified failure is rendered (a response for
 the mode, or a rewritten JSON-RPC message), which they pass in as a function.
 
@@ -11,11 +11,11 @@ original bytes". The step runs under `enrich_budget_ms`: running over it, or any
 inside it (the rendering included), returns None: the gateway never makes a response worse
 than no gateway (docs/spec.md, resolution guarantees). `CancelledError` is never caught.
 
-Each classification is counted once, in every mode, `original` included (shadow traffic shows
-what would change): `mendpoint_failures_total`, and for a failure only a shipped default
-matched `mendpoint_unmatched_failures_total` and the signature `mendpoint gaps` reports; a
-route with `capture:` records the exchange for `mendpoint suggest`. The request's access
-record gets the code, rule and mode, or the reason it fell back.
+Each classification is told once, in every mode, `original` included (shadow traffic shows
+what would change), to the failure observers the app declared (gateway/observers.py: the
+metrics, the request's access record and span, captures, the unmatched signatures), in their
+declared order; so are an upgraded answer and a fallback with its reason. The step names
+none of them.
 """
 
 from __future__ import annotations
@@ -30,23 +30,12 @@ from typing import TypeVar
 from gateway.classify import Classifier, Observation, Verdict
 from gateway.classify.redact import Redactor
 from gateway.config.loaded import LoadedConfig
-from gateway.config.route_model import CaptureSpec, MetaOriginalSpec
-from gateway.enrich.envelope import KEEP_ALL
 from gateway.failure import NO_RECOVERY, Failure, Mode, Recovery
-from gateway.feedback.capture import CapturedFailure, Captures, sample_draw
-from gateway.feedback.signatures import SignatureBook
+from gateway.observers import Classified, FailureNotes, FailureObserver
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.service import RecoveryService, Situation
-from gateway.telemetry.logs import AccessRecord
-from gateway.telemetry.metrics import (
-    FALLBACKS,
-    FallbackReason,
-    count_envelope,
-    count_failure,
-    count_unmatched,
-    status_class,
-)
+from gateway.telemetry.metrics import FallbackReason
 
 log = logging.getLogger("mendpoint.enrich")
 
@@ -54,15 +43,6 @@ T = TypeVar("T")
 Render = Callable[[Verdict, Recovery, int], T | None]
 """The verdict, its recovery block and the request's duration so far → what to send (None:
 the original). Called in every mode; in `original` mode with no recovery resolved."""
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureSink:
-    """Where a route's `capture:` records its failing exchanges (for `mendpoint suggest`)."""
-
-    spec: CaptureSpec
-    captures: Captures
-    redactor: Redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,23 +56,8 @@ class FailureContext:
     situation: Situation
     started: float
     """`time.monotonic()` when the request began: `meta.duration_ms` counts from here."""
-    record: AccessRecord | None = None
-    signatures: SignatureBook | None = None
-    capture: CaptureSink | None = None
-    json_clients: bool = False
-    """The route answers an HTML or text error with the envelope to a client that prefers
-    JSON (`routes[].json_for_json_clients`); HTTP routes only."""
-    prefers_json: bool = False
-    """The request's `Accept` prefers JSON over HTML (`gateway.text.accept.prefers_json`)."""
-    original: MetaOriginalSpec = KEEP_ALL
-    """What an envelope's `meta.original` keeps of the body (`routes[].meta_original`)."""
-
-
-def fell_back(route: str, record: AccessRecord | None, reason: FallbackReason) -> None:
-    """The original response goes out instead of an upgraded one: counted and logged."""
-    if record is not None:
-        record.fallback = reason.value
-    FALLBACKS.labels(route=route, reason=reason.value).inc()
+    notes: FailureNotes | None = None
+    """The request's own record (its access line and span), for the observers to write on."""
 
 
 class Enricher:
@@ -107,6 +72,7 @@ class Enricher:
         budget_s: float,
         resolver_budget_s: float,
         redactor: Redactor,
+        observers: tuple[FailureObserver, ...] = (),
         live: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -118,6 +84,9 @@ class Enricher:
         self.prefix = prefix
         self.budget_s = budget_s
         self.resolver_budget_s = resolver_budget_s
+        self.observers = observers
+        """Told of every classification, upgrade and fallback, in this order
+        (gateway/observers.py); none offline."""
         self.live = live
         """False for offline use (`explain`, fixtures): nothing is counted or logged as a
         fallback, and there is no budget."""
@@ -125,8 +94,15 @@ class Enricher:
         """`time.monotonic`: what `meta.duration_ms` counts with (fixed in tests)."""
 
     @classmethod
-    def build(cls, loaded: LoadedConfig) -> Enricher:
-        """The data path's step: the config's budgets, its resolver (local or remote)."""
+    def build(
+        cls,
+        loaded: LoadedConfig,
+        observers: tuple[FailureObserver, ...] = (),
+        redactor: Redactor | None = None,
+    ) -> Enricher:
+        """The data path's step: the config's budgets, its resolver (local or remote), the
+        failure observers the app declares for it and the config's redactor (compiled here
+        unless given)."""
         config = loaded.config
         recovery = RecoveryService.build(loaded)
         return cls(
@@ -135,7 +111,8 @@ class Enricher:
             prefix=config.headers.prefix,
             budget_s=config.enrich_budget_ms / 1000,
             resolver_budget_s=config.resolver.budget_ms / 1000,
-            redactor=Redactor.build(config.redaction),
+            redactor=redactor or Redactor.build(config.redaction),
+            observers=observers,
         )
 
     @classmethod
@@ -175,7 +152,7 @@ class Enricher:
             self.note_fallback(ctx, FallbackReason.ENRICH_BUDGET)
             return None
         if result is not None and ctx.mode is not Mode.ORIGINAL:
-            count_envelope(ctx.route, ctx.mode.value)
+            self.upgraded(ctx.route, ctx.mode)
         return result
 
     async def _enrich(
@@ -212,37 +189,41 @@ class Enricher:
             self.count(obs, ctx, failure, verdict.rule.id, verdict.rule.is_default)
         return verdict
 
-    @staticmethod
     def count(
-        obs: Observation, ctx: FailureContext, failure: Failure, rule: str, is_default: bool
+        self, obs: Observation, ctx: FailureContext, failure: Failure, rule: str, is_default: bool
     ) -> None:
-        record = ctx.record
-        if record is not None:
-            record.failure_code, record.rule, record.mode = failure.code, rule, ctx.mode.value
-            record.retryable, record.retry_after_ms = failure.retryable, failure.retry_after_ms
-            if record.trace is not None:
-                record.trace.classified(
-                    failure.code,
-                    failure.category.value,
-                    rule,
-                    failure.retryable,
-                    failure.retry_after_ms,
-                    ctx.mode.value,
-                )
-        count_failure(ctx.route, failure.category.value, failure.code, rule, ctx.mode.value)
-        if ctx.capture is not None:
-            _capture(obs, ctx, ctx.capture, failure, rule, is_default)
-        if not is_default:
+        """Tell the observers of one classified failure (a replayed one included)."""
+        if not self.observers:
             return
-        if obs.status is not None:
-            status, kind = str(obs.status), status_class(obs.status)
-        elif obs.transport is not None:
-            status, kind = f"transport:{obs.transport}", "transport"
-        else:
-            status, kind = "mcp", "mcp"
-        count_unmatched(ctx.route, kind)
-        if ctx.signatures is not None:
-            ctx.signatures.record(ctx.route, status, failure.message)
+        event = Classified(
+            route=ctx.route,
+            mode=ctx.mode,
+            request_id=ctx.request_id,
+            method=obs.method,
+            path=obs.path,
+            status=obs.status,
+            transport=obs.transport,
+            refusal=obs.refusal,
+            headers=obs.headers,
+            body=obs.body,
+            tool=obs.tool,
+            operation=ctx.situation.operation,
+            failure=failure,
+            rule=rule,
+            is_default=is_default,
+            notes=ctx.notes,
+        )
+        for observer in self.observers:
+            observer.classified(event)
+
+    def upgraded(self, route: str, mode: Mode) -> None:
+        for observer in self.observers:
+            observer.upgraded(route, mode)
+
+    def fell_back(self, route: str, notes: FailureNotes | None, reason: FallbackReason) -> None:
+        """The original response goes out instead of an upgraded one."""
+        for observer in self.observers:
+            observer.fell_back(route, reason.value, notes)
 
     def note_fallback(self, ctx: FailureContext, reason: FallbackReason) -> None:
         if not self.live:
@@ -250,33 +231,7 @@ class Enricher:
         log.warning(
             "enrichment fell back (%s); original sent request_id=%s", reason.value, ctx.request_id
         )
-        fell_back(ctx.route, ctx.record, reason)
+        self.fell_back(ctx.route, ctx.notes, reason)
 
     async def close(self) -> None:
         await self.recovery.close()
-
-
-def _capture(
-    obs: Observation,
-    ctx: FailureContext,
-    sink: CaptureSink,
-    failure: Failure,
-    rule: str,
-    is_default: bool,
-) -> None:
-    """Record the failing exchange, redacted and sampled, for `mendpoint suggest`."""
-    captured = CapturedFailure(
-        route=ctx.route,
-        method=obs.method,
-        path=obs.path,
-        status=obs.status,
-        transport=obs.transport.value if obs.transport is not None else None,
-        headers=obs.headers,
-        body=obs.body,
-        request_id=ctx.request_id,
-        rule=rule,
-        code=failure.code,
-        default_rule=is_default,
-        message=failure.message,
-    )
-    sink.captures.record(sink.spec, captured, sink.redactor, sample_draw())

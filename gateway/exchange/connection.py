@@ -8,7 +8,7 @@ Two gaps, both in how a connection ends rather than in how a request is forwarde
 - A request with `Connection: upgrade` and an `Upgrade` aiohttp does not serve (`h2c`, …)
   pauses aiohttp's C parser, which then discards whatever the client pipelined behind it in
   the same read: the next request would never be answered and its client would hang. The
-  gateway switches protocols only for a WebSocket tunnel (`proxy.tunnel`, when the upstream
+  gateway switches protocols only for a WebSocket tunnel (`gateway.http.tunnel`, when the upstream
   answers 101); any other request with Upgrade it answers over HTTP/1.1 and closes the
   connection after it (`close_after_upgrade_request`); per RFC 9112 §9.3.2 a client then
   resends what it had pipelined.
@@ -27,7 +27,7 @@ from aiohttp.web import RequestHandler
 from yarl import URL
 
 from gateway.exchange.own_answers import refused_head
-from gateway.exchange.state import StateHolder
+from gateway.exchange.state import ExchangeState
 from gateway.failure import Refusal
 from gateway.fence.aiohttp_private import (
     BadHttpMessage,
@@ -51,7 +51,8 @@ ExpectHandler = Callable[[web.Request], Awaitable[None]]
 
 class GatewayProtocol(RequestHandler):
     """aiohttp's request handler with precise statuses for request heads over the limits,
-    answered in the gateway's `default_mode` like its other own answers (`proxy.own_answers`).
+    answered in the gateway's `default_mode` like its other own answers
+    (`gateway.exchange.own_answers`).
 
     `on_lost` is told once when the connection ends: the connection cap counts a connection
     from its accept to its end (`gateway.serve.connection_cap.ConnectionCap`). `check`
@@ -63,7 +64,7 @@ class GatewayProtocol(RequestHandler):
         self,
         manager: Any,
         *,
-        state: StateHolder,
+        state: Callable[[], ExchangeState],
         on_lost: Callable[[], None] | None = None,
         check: HeadCheck | None = None,
         **kwargs: Any,
@@ -108,7 +109,7 @@ class GatewayProtocol(RequestHandler):
         if refusal is None:
             return plain
         text = plain.text if isinstance(plain, web.Response) else None
-        answer = refused_head(self._state.current, refusal, text or "")
+        answer = refused_head(self._state(), refusal, text or "")
         # None: `original` mode, or enrichment failed open: aiohttp's plain text, as always.
         return plain if answer is None else answer
 
@@ -186,7 +187,7 @@ def head_error_status(exc: BaseException | None) -> int:
 
 class AnyPathResource(web.AbstractResource):
     """Every origin-form target, whatever its method: the gateway has one handler and routes
-    on the raw target itself (`proxy.routes`).
+    on the raw target itself (`gateway.exchange.routes`).
 
     aiohttp's own catch-all, `/{tail:.*}`, is a regular expression over the *decoded* path,
     and `.` stops at a newline: `/ok%0a` matched nothing and aiohttp answered a plain 404
@@ -280,7 +281,7 @@ async def close_after_upgrade_request(request: web.Request, response: web.Stream
     switch protocols, so nothing pipelined behind it waits forever for an answer."""
     if "Upgrade" in request.headers:
         response.force_close()
-        if response.status == 101:  # a WebSocket tunnel (proxy.tunnel): its head says Upgrade
+        if response.status == 101:  # a WebSocket tunnel (gateway.http.tunnel) says Upgrade
             return
         # aiohttp has already written its Connection header decision by now: say it here.
         response.headers["Connection"] = "close"

@@ -20,11 +20,11 @@ from multidict import CIMultiDict
 from gateway.classify import Observation
 from gateway.classify.observation import carries_idempotency_key
 from gateway.config.trust import from_sibling
-from gateway.enrich.step import CaptureSink, FailureContext, fell_back
-from gateway.exchange.answers import NO_ROUTE_ANSWERS, RouteAnswers
+from gateway.enrich.step import FailureContext
+from gateway.exchange.answer import RouteAnswers
 from gateway.exchange.headers import visible_ascii
 from gateway.exchange.routes import Route, choose_mode
-from gateway.exchange.state import CAPTURES, SIGNATURES, GatewayState
+from gateway.exchange.state import ExchangeState
 from gateway.exchange.upstream.deadline import ResponseDeadline
 from gateway.failure import Mode
 from gateway.header_names import ACCEPT, ERROR_FORMAT, RELAYED_PEER, REQUEST_ID
@@ -70,7 +70,7 @@ class RequestContext:
     """
 
     request: web.Request
-    state: GatewayState
+    state: ExchangeState
     route: Route
     record: AccessRecord
     deadline: ResponseDeadline | None = None
@@ -135,14 +135,10 @@ class RequestContext:
         return Situation(operation=operation, route=self.route.spec.name)
 
     def failure_context(
-        self,
-        situation: Situation | None = None,
-        mode: Mode | None = None,
-        answers: RouteAnswers = NO_ROUTE_ANSWERS,
+        self, situation: Situation | None = None, mode: Mode | None = None
     ) -> FailureContext:
         """This request as the enrichment step sees it (`situation`: an MCP call's own;
-        `mode`: when the body cannot be rewritten, at most `headers`; `answers`: an HTTP
-        answer's, see `answer_context`)."""
+        `mode`: when the body cannot be rewritten, at most `headers`)."""
         return FailureContext(
             route=self.route.spec.name,
             mode=self.mode if mode is None else mode,
@@ -150,28 +146,16 @@ class RequestContext:
             caller=self.caller,
             situation=situation or self.situation,
             started=self.record.started,
-            record=self.record,
-            signatures=self.request.app[SIGNATURES],
-            capture=self._capture_sink(),
-            json_clients=answers.json_clients,
-            prefers_json=answers.prefers_json,
-            original=answers.original,
+            notes=self.record,
         )
 
-    def answer_context(self, mode: Mode | None = None) -> FailureContext:
-        """The context of an HTTP answer: `failure_context` with what the route and the
-        request's `Accept` decide about the body (JSON for JSON clients, `meta.original`)."""
-        answers = RouteAnswers.of(self.route.spec, self.request.headers.get(ACCEPT))
-        return self.failure_context(mode=mode, answers=answers)
-
-    def _capture_sink(self) -> CaptureSink | None:
-        spec = self.route.spec.capture
-        if spec is None:
-            return None
-        return CaptureSink(spec, self.request.app[CAPTURES], self.state.redactor)
+    @property
+    def route_answers(self) -> RouteAnswers:
+        """What the route and the request's `Accept` decide about an HTTP answer's body."""
+        return RouteAnswers.of(self.route.spec, self.request.headers.get(ACCEPT))
 
     def fell_back(self, reason: FallbackReason) -> None:
-        fell_back(self.route.spec.name, self.record, reason)
+        self.state.enricher.fell_back(self.route.spec.name, self.record, reason)
 
     def observation(self, **fields: object) -> Observation:
         method = self.request.method

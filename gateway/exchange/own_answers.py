@@ -1,12 +1,14 @@
-"""The gateway's own answers: a request it refuses itself, rendered like any other failure.
+"""The gateway's own answers: a request it refuses itself, or an exchange that produced no
+response, rendered like any other failure (the rows "own refusal" and "transport fault" of
+gateway/exchange/answer.py's table).
 
-No route (404), a path with an encoded control character (400), a path that leaves its
-route or reads as another (400), a request body over `limits.max_request_body_bytes` (413)
-or too slow (408) or, where the gateway reads it (MCP routes), in a coding it cannot undo
-(415), a request head over the size limits (431, 414) or malformed (400), the connection cap
-(503), no upstream connection in time under the gateway's own limits on them (503):
-no upstream is asked, but the caller gets the same shapes as for any failure, through the
-one enrichment step (`gateway.enrich.step`, with the built-in rules of `classify.own_failures`). In
+No route (404), a path with an encoded control character (400), a path that leaves its route or
+reads as another (400), a request body over `limits.max_request_body_bytes` (413) or too slow
+(408) or, where the gateway reads it (MCP routes), in a coding it cannot undo (415), a request
+head over the size limits (431, 414) or malformed (400), the connection cap (503), no upstream
+connection in time under the gateway's own limits on them (503): no upstream is asked, but the
+caller gets the same shapes as for any failure, through the one enrichment step
+(`gateway.enrich.step`, with the built-in rules of `gateway.classify.own_failures`). In
 `original` mode, and whenever enrichment fails open, the answer is the short plain text it
 always was; `headers` adds the advisory headers to it; `additive` and `envelope` send the
 envelope, since there is no upstream body to add to.
@@ -19,6 +21,7 @@ and a connection over the cap have no request to read a header from: `default_mo
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from http import HTTPStatus
@@ -27,18 +30,19 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.classify import Observation
-from gateway.enrich.envelope import TEXT_TYPE, Rendering
 from gateway.enrich.step import FailureContext
-from gateway.exchange.body import ACCEPT_ENCODING
+from gateway.exchange.answer import Rendering, refused, synthesised
 from gateway.exchange.context import RequestContext, fresh_request_id
-from gateway.exchange.http_failure import apply_rendering
 from gateway.exchange.routes import asked_mode
-from gateway.exchange.state import GatewayState
-from gateway.failure import Mode, Refusal
+from gateway.exchange.state import ExchangeState
+from gateway.failure import Mode, Refusal, TransportKind
 from gateway.header_names import ERROR_FORMAT, REQUEST_ID
 from gateway.resolve.callers import ANONYMOUS
 from gateway.resolve.service import Situation
 from gateway.telemetry.logs import AccessRecord
+from gateway.text.content_codings import ACCEPT_ENCODING
+
+log = logging.getLogger("mendpoint.proxy")
 
 NO_ROUTE = "-"
 """The route label of an answer no route gave (the access log's, the metrics')."""
@@ -60,13 +64,28 @@ PLAIN = {
 async def refuse(ctx: RequestContext, refusal: Refusal) -> web.Response:
     """A request on a route that the gateway answers itself, in the route's mode."""
     obs = ctx.observation(refusal=refusal)
-    rendering = await ctx.state.answers.response(obs, ctx.answer_context())
-    return own_answer(refusal, ctx.request_id, rendering, PLAIN[refusal])
+    rendering = await ctx.state.answers.response(obs, ctx.failure_context(), ctx.route_answers)
+    return _refused(refusal, ctx.request_id, rendering, PLAIN[refusal])
+
+
+async def answer_transport_failure(ctx: RequestContext, kind: TransportKind) -> web.Response:
+    """A synthesised 502 (or 504 on timeout) for an exchange that produced no response."""
+    log.info(
+        "upstream transport failure %s route=%s request_id=%s",
+        kind.value,
+        ctx.route.spec.name,
+        ctx.request_id,
+    )
+    obs = ctx.observation(transport=kind)
+    rendering = await ctx.state.answers.response(obs, ctx.failure_context(), ctx.route_answers)
+    headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: ctx.request_id})
+    status, body = synthesised(kind, headers, rendering)
+    return web.Response(status=status, body=body, headers=headers)
 
 
 async def refuse_unrouted(
     request: web.Request,
-    state: GatewayState,
+    state: ExchangeState,
     record: AccessRecord,
     refusal: Refusal = Refusal.NO_ROUTE,
 ) -> web.Response:
@@ -77,7 +96,7 @@ async def refuse_unrouted(
     ctx = unrouted_context(mode, record.request_id, record.started, record)
     obs = Observation(route=NO_ROUTE, method=request.method, path=request.path, refusal=refusal)
     rendering = await state.answers.response(obs, ctx)
-    return own_answer(refusal, record.request_id, rendering, PLAIN[refusal])
+    return _refused(refusal, record.request_id, rendering, PLAIN[refusal])
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -93,7 +112,7 @@ def path_refusal(raw_path: str, path: str) -> Refusal | None:
     return None
 
 
-def refused_head(state: GatewayState, refusal: Refusal, text: str) -> web.Response | None:
+def refused_head(state: ExchangeState, refusal: Refusal, text: str) -> web.Response | None:
     """The answer to a refusal with no request to read (a head the parser refused, the
     connection cap), in `default_mode`, closing the connection; None: the plain answer.
     `text` is that plain answer's, which `headers` mode keeps."""
@@ -103,7 +122,7 @@ def refused_head(state: GatewayState, refusal: Refusal, text: str) -> web.Respon
     rendering = state.answers.refused_now(obs, ctx)
     if rendering is None:
         return None
-    answer = own_answer(refusal, request_id, rendering, text)
+    answer = _refused(refusal, request_id, rendering, text)
     answer.headers["Connection"] = "close"  # said, not only done: aiohttp answers in HTTP/1.0
     answer.force_close()
     return answer
@@ -120,25 +139,21 @@ def unrouted_context(
         caller=ANONYMOUS,
         situation=Situation(operation="", route=None),
         started=started,
-        record=record,
+        notes=record,
     )
 
 
-def own_answer(
+def _refused(
     refusal: Refusal, request_id: str, rendering: Rendering | None, text: str
 ) -> web.Response:
-    """The answer's status, headers and body: the rendering's, else the plain `text` (as is)."""
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: request_id})
     if refusal is Refusal.UNDECODABLE_BODY:  # RFC 9110 §12.5.3: the codings it does read
         headers["Accept-Encoding"] = ACCEPT_ENCODING
-    body = apply_rendering(headers, rendering, refusal.status)
-    if body is None:
-        body = text.encode()
-        headers["Content-Type"] = TEXT_TYPE
-    return web.Response(status=refusal.status, body=body, headers=headers)
+    status, body = refused(refusal, headers, rendering, text)
+    return web.Response(status=status, body=body, headers=headers)
 
 
-def refused_connection(state: GatewayState) -> bytes | None:
+def refused_connection(state: ExchangeState) -> bytes | None:
     """The whole HTTP/1.1 answer to a connection over `limits.max_client_connections`, written
     before anything is read; None: the plain answer. Small, framed by Content-Length, and
     the connection closes after it."""

@@ -2,8 +2,9 @@
 
 What a route's share of the pool is, what makes an answer a stream that leaves the request
 limits, and the exception that says the gateway's own limit, not the upstream, is why a
-request got no connection. The accounting itself lives with the pool (`proxy.upstream.pool`); why
-it works this way: docs/transparency.md#fair-shares-of-the-pool.
+request got no connection. The accounting itself lives with the pool
+(`gateway.exchange.upstream.pool`); why it works this way:
+docs/transparency.md#fair-shares-of-the-pool.
 """
 
 from __future__ import annotations

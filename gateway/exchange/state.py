@@ -1,7 +1,8 @@
-"""The immutable per-config state the data path reads once per request.
+"""One config compiled for what both transports share: routes, callers, trust, the step.
 
-A reload builds a new `GatewayState` and swaps the app's reference; a request keeps the state
-it started with, so it never sees half of one config and half of another.
+A reload builds a new generation of the per-config state (gateway/serve/generation.py: this,
+plus each transport's own compiled parts) and swaps the app's reference; a request keeps the
+state it started with, so it never sees half of one config and half of another.
 """
 
 from __future__ import annotations
@@ -16,35 +17,37 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.models import GatewayConfig
 from gateway.config.trust import TrustedProxies
 from gateway.enrich.step import Enricher
-from gateway.exchange.answers import HttpAnswers
+from gateway.exchange.answer import Answers
 from gateway.exchange.routes import RouteTable
 from gateway.exchange.upstream.pool import UpstreamClient
-from gateway.feedback.capture import Captures
-from gateway.feedback.signatures import SignatureBook
+from gateway.observers import FailureObserver
 from gateway.resolve.callers import CallerDirectory
 from gateway.resolve.service import RecoveryService
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayState:
+class ExchangeState:
     loaded: LoadedConfig
-    enricher: Enricher
-    """The one enrichment step (classify → resolve → render) HTTP and MCP routes share."""
-    answers: HttpAnswers
-    """How HTTP routes answer a failure with that step (their rendering, the answer cache)."""
+    answers: Answers
+    """The one enrichment step (classify → resolve → render) HTTP and MCP routes share, as
+    HTTP answers use it (gateway/exchange/answer.py)."""
     routes: RouteTable
     callers: CallerDirectory
     proxies: TrustedProxies
     redactor: Redactor
 
     @classmethod
-    def build(cls, loaded: LoadedConfig) -> GatewayState:
+    def build(
+        cls,
+        loaded: LoadedConfig,
+        observers: tuple[FailureObserver, ...] = (),
+        redactor: Redactor | None = None,
+    ) -> ExchangeState:
         """Compile everything a request needs; raises nothing a validated config can cause."""
-        enricher = Enricher.build(loaded)
+        enricher = Enricher.build(loaded, observers, redactor)
         return cls(
             loaded,
-            enricher,
-            HttpAnswers.build(loaded, enricher),
+            Answers(enricher),
             RouteTable(loaded.config.routes),
             CallerDirectory.build(loaded.callers),
             TrustedProxies.build(loaded.config.trusted_proxies),
@@ -57,6 +60,10 @@ class GatewayState:
         return self.loaded.config
 
     @property
+    def enricher(self) -> Enricher:
+        return self.answers.step
+
+    @property
     def classifier(self) -> Classifier:
         return self.enricher.classifier
 
@@ -65,14 +72,4 @@ class GatewayState:
         return self.enricher.recovery
 
 
-class StateHolder:
-    """The app's one mutable reference: a reload replaces `current` in a single assignment."""
-
-    def __init__(self, state: GatewayState) -> None:
-        self.current = state
-
-
-STATE = web.AppKey("mendpoint_state", StateHolder)
-SIGNATURES = web.AppKey("mendpoint_signatures", SignatureBook)
 UPSTREAM = web.AppKey("mendpoint_upstream", UpstreamClient)
-CAPTURES = web.AppKey("mendpoint_captures", Captures)

@@ -22,6 +22,8 @@ from typing import Any
 
 from gateway.classify.redact import Redactor
 from gateway.config.route_model import CaptureSpec
+from gateway.failure import Mode
+from gateway.observers import Classified, FailureNotes
 from gateway.text.json_text import Raw
 
 log = logging.getLogger("mendpoint.capture")
@@ -117,6 +119,45 @@ class Captures:
                 log.warning("capture directory %s cannot be used: %s", path, exc)
                 return None
         return directory
+
+
+class CaptureObserver:
+    """The routes' `capture:`, as a declared observer of the failure path
+    (gateway/observers.py): each classified failure on a capturing route is recorded,
+    redacted and sampled."""
+
+    def __init__(
+        self, specs: Mapping[str, CaptureSpec], captures: Captures, redactor: Redactor
+    ) -> None:
+        self.specs = specs
+        self.captures = captures
+        self.redactor = redactor
+
+    def classified(self, event: Classified) -> None:
+        spec = self.specs.get(event.route)
+        if spec is None:
+            return
+        captured = CapturedFailure(
+            route=event.route,
+            method=event.method,
+            path=event.path,
+            status=event.status,
+            transport=event.transport.value if event.transport is not None else None,
+            headers=event.headers,
+            body=event.body,
+            request_id=event.request_id,
+            rule=event.rule,
+            code=event.failure.code,
+            default_rule=event.is_default,
+            message=event.failure.message,
+        )
+        self.captures.record(spec, captured, self.redactor, sample_draw())
+
+    def upgraded(self, route: str, mode: Mode) -> None:
+        pass
+
+    def fell_back(self, route: str, reason: str, notes: FailureNotes | None) -> None:
+        pass
 
 
 def sample_draw() -> float:

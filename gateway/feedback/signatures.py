@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import regex
 
+from gateway.failure import Mode
+from gateway.observers import Classified, FailureNotes
+
 MAX_TEXT = 160
 # The variable parts of a message (quoted values, ids, emails, numbers) and what each becomes;
 # `mendpoint suggest` turns the same parts into captures.
@@ -88,3 +91,21 @@ class SignatureBook:
 
     def __len__(self) -> int:
         return len(self._counts)
+
+
+class SignatureObserver:
+    """The unmatched-errors report, as a declared observer of the failure path
+    (gateway/observers.py): a failure only a shipped default named becomes a signature."""
+
+    def __init__(self, book: SignatureBook) -> None:
+        self.book = book
+
+    def classified(self, event: Classified) -> None:
+        if event.is_default:
+            self.book.record(event.route, event.kind, event.failure.message)
+
+    def upgraded(self, route: str, mode: Mode) -> None:
+        pass
+
+    def fell_back(self, route: str, reason: str, notes: FailureNotes | None) -> None:
+        pass

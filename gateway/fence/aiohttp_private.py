@@ -34,6 +34,9 @@ The names, by what needs them:
   runs, the body has been de-chunked and the answer's status line would repeat the client's
   version. Refused in the parser's place, such a head takes the path of every other
   malformed request (`GatewayProtocol.handle_error`): the gateway's answer, then close.
+- `NO_EXTENSIONS` (`aiohttp.helpers`, not exported): whether aiohttp runs on its pure-Python
+  HTTP parser (`AIOHTTP_NO_EXTENSIONS`, or no C extension built). The gateway refuses to
+  serve on it (gateway/serve/app.py): the C parser is the one hardened against smuggling.
 - `server_handler_kwargs` reads `web.Server._kwargs`, the request-handler settings aiohttp's
   `Server.__call__` passes to each `RequestHandler`. The gateway builds its own handler
   (`GatewayProtocol`, precise 414/431 statuses) with the same settings.
@@ -60,7 +63,7 @@ from aiohttp import hdrs, web
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.client_exceptions import UnixClientConnectorError
 from aiohttp.client_proto import ResponseHandler
-from aiohttp.helpers import BaseTimerContext, TimeoutHandle
+from aiohttp.helpers import NO_EXTENSIONS, BaseTimerContext, TimeoutHandle
 from aiohttp.http import StreamWriter
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.http_parser import HttpParser, RawRequestMessage
@@ -228,6 +231,7 @@ def server_handler_kwargs(server: web.Server) -> dict[str, Any]:
 
 
 __all__ = [
+    "NO_EXTENSIONS",
     "BadHttpMessage",
     "BaseProtocol",
     "BaseTimerContext",

@@ -15,10 +15,17 @@ instead of silently changing what the gateway does.
   with): JSON insertion (`gateway.text.json_insert`) reads a member name where it stands in
   the upstream's text, without decoding the whole body, and gets exactly the decoder's
   unescaping and its errors.
+- `FlowControlMixin` (`asyncio.streams.FlowControlMixin`, outside `asyncio.__all__`): the
+  protocol a `StreamWriter` needs for `drain()` to wait on a paused transport. asyncio has
+  no public way to get a `StreamWriter` over a pipe (`open_connection` is for sockets), so
+  `mendpoint stdio` (its stdout) and the MCP child (its stdin, gateway/mcp/child.py) build
+  one on `loop.connect_write_pipe` with this protocol, as asyncio's own subprocess streams
+  do.
 """
 
 from __future__ import annotations
 
+import asyncio.streams
 import json.decoder
 from collections.abc import Callable
 from re import _constants as sre_constants  # type: ignore[attr-defined]
@@ -27,4 +34,7 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]
 scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 """`scanstring(text, index_after_quote, strict)` → (the decoded string, the index after it)."""
 
-__all__ = ["scanstring", "sre_constants", "sre_parse"]
+FlowControlMixin: type[asyncio.Protocol] = asyncio.streams.FlowControlMixin
+"""A write pipe's protocol with `drain()` support, for `asyncio.StreamWriter`."""
+
+__all__ = ["FlowControlMixin", "scanstring", "sre_constants", "sre_parse"]

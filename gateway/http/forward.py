@@ -1,11 +1,11 @@
 """The HTTP data path of a `type: http` route: forward once, stream a success, enrich a failure.
 
 Request in (routed by `gateway.serve.handler`) → forward (exactly one upstream request, through
-`proxy.upstream.call_upstream`, which MCP routes share) → success:
+`gateway.exchange.upstream.call.call_upstream`, which MCP routes share) → success:
 stream status, headers and body back untouched → failure: `failure_path` reads the error body
 within the cap, classifies, resolves and renders for the mode, failing open to the original
 bytes. Transport faults become synthesised 502/504 failures. A WebSocket handshake the
-upstream accepts (101) becomes a tunnel (`proxy.tunnel`).
+upstream accepts (101) becomes a tunnel (`gateway.http.tunnel`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,22 @@ from aiohttp import web
 from gateway.exchange.body import BodyStalled, BodyTooLarge, RequestBody
 from gateway.exchange.context import RequestContext, echo_request_id
 from gateway.exchange.headers import client_response_headers
-from gateway.exchange.http_failure import answer_transport_failure, answer_upstream_failure
-from gateway.exchange.own_answers import refuse
+from gateway.exchange.own_answers import answer_transport_failure, refuse
 from gateway.exchange.relay import relay, relay_interim
 from gateway.exchange.upstream.call import call_upstream
 from gateway.failure import Refusal, TransportKind
+from gateway.http.cached_answers import CachedAnswers
+from gateway.http.failure_path import answer_upstream_failure
 from gateway.http.tunnel import WEBSOCKET, tunnel, websocket_upgrade
 
 log = logging.getLogger("mendpoint.proxy")
 
 
-async def forward(request: web.Request, ctx: RequestContext, target: str) -> web.StreamResponse:
-    """Exactly one upstream request; its answer streamed back or handed to the failure path."""
+async def forward(
+    request: web.Request, ctx: RequestContext, target: str, answers: CachedAnswers
+) -> web.StreamResponse:
+    """Exactly one upstream request; its answer streamed back or handed to the failure path
+    (with this config's `answers`)."""
     limits = ctx.state.config.limits
     body = None
     if request.body_exists:
@@ -61,7 +65,7 @@ async def forward(request: web.Request, ctx: RequestContext, target: str) -> web
             echo_request_id(headers, ctx.record)
             response = await relay(request, upstream, headers)
         else:
-            response = await answer_upstream_failure(ctx, upstream)
+            response = await answer_upstream_failure(ctx, upstream, answers)
     finally:
         upstream.release()
     if body is not None and body.untouched:

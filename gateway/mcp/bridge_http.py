@@ -33,13 +33,14 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.exchange.context import RequestContext
-from gateway.exchange.http_failure import answer_transport_failure
+from gateway.exchange.own_answers import answer_transport_failure
 from gateway.failure import Refusal, TransportKind
 from gateway.header_names import MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp.bridge_holders import Holder, holder_of
 from gateway.mcp.bridge_sessions import Bridges, BridgeSession, HolderSessionsFull, SessionsFull
 from gateway.mcp.bridge_streams import Line, Waiter
-from gateway.mcp.correlation import HttpCallSite, Tracker, rewrite_payload
+from gateway.mcp.call_site import HttpCallSite
+from gateway.mcp.correlation import Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,

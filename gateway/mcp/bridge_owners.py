@@ -111,6 +111,9 @@ class Owners:
         self.directory: ReplicaDirectory | None = None
         """The other replicas' relay ports, with `fleet.sessions` and a store."""
         self._clients: dict[str, aiohttp.ClientSession] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        """Clients of siblings found gone, closing: kept (a task with no reference may be
+        collected before it runs) and awaited by `close`."""
         self._replica_client: aiohttp.ClientSession | None = None
 
     def new_session_id(self) -> str:
@@ -250,9 +253,13 @@ class Owners:
         for path, known in list(self._clients.items()):
             if known is client:
                 del self._clients[path]
-                asyncio.get_running_loop().create_task(client.close())
+                closing = asyncio.get_running_loop().create_task(client.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         for client in [*self._clients.values(), self._replica_client]:
             if client is not None:
                 await client.close()

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 
+from gateway.fence.cpython_private import FlowControlMixin
 from gateway.mcp.lines import Overlong, read_line
 from gateway.mcp.spawn import Spawned
 
@@ -124,7 +125,7 @@ class Child:
             lambda: asyncio.StreamReaderProtocol(stderr, loop=loop), spawned.process.stderr
         )
         transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(spawned.stdin, "wb", 0)
+            FlowControlMixin, os.fdopen(spawned.stdin, "wb", 0)
         )
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
         return cls(process, writer, reader, limit, (reading, erring), stderr)

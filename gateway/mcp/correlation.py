@@ -1,18 +1,16 @@
-"""Tying an MCP route's responses to their requests, and the call site they upgrade under.
+"""Tying MCP responses to their requests, and the one payload rewriter every relay calls.
 
-Shared by the Streamable HTTP handler (upstream URL) and the bridge (stdio child): both tie a
-response to the request it answers through a `Tracker`, and upgrade it with `rewrite_payload`
-under the `HttpCallSite` of the HTTP request that carries it.
+The Streamable HTTP route, the bridge and `mendpoint stdio` each tie a response to the
+request it answers (an HTTP route through a `Tracker`, stdio through its session's table)
+and upgrade it with `rewrite_payload`, under their own `CallSite`
+(gateway/mcp/call_site.py for an HTTP request). Light on imports: `mendpoint stdio` loads
+it before its config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.enrich.step import FailureContext
-from gateway.exchange.context import RequestContext
-from gateway.failure import Mode
 from gateway.mcp.jsonrpc import (
     Pending,
     RequestTable,
@@ -22,34 +20,15 @@ from gateway.mcp.jsonrpc import (
     parse_message,
     request_key,
 )
-from gateway.mcp.upgrade import CallSite, Outcome, Upgrader
-from gateway.resolve.service import Situation
+
+if TYPE_CHECKING:
+    from gateway.mcp.upgrade import CallSite, Outcome, Upgrader
 
 
-@dataclass(frozen=True, slots=True)
-class HttpCallSite:
-    """The `CallSite` of one HTTP request: mode and caller come from the proxy's context."""
+class Correlates(Protocol):
+    """What ties a response to the request it answers: `pop` gives the request (once)."""
 
-    ctx: RequestContext
-
-    @property
-    def route_name(self) -> str:
-        return self.ctx.route.spec.name
-
-    @property
-    def path(self) -> str:
-        return self.ctx.request.path
-
-    @property
-    def mode(self) -> Mode:
-        return self.ctx.mode
-
-    @property
-    def idempotent(self) -> bool:
-        return "POST" in self.ctx.route.idempotent
-
-    def failure_context(self, situation: Situation) -> FailureContext:
-        return self.ctx.failure_context(situation)
+    def pop(self, message: Any) -> Pending | None: ...
 
 
 class Tracker:
@@ -82,7 +61,7 @@ UNPARSED: Any = object()
 
 async def rewrite_payload(
     raw: bytes,
-    tracker: Tracker,
+    tracker: Correlates,
     upgrader: Upgrader,
     site: CallSite,
     message: Any = UNPARSED,

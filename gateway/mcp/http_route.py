@@ -1,18 +1,16 @@
 """The Streamable HTTP handler of a `type: mcp` route (both 2025-11-25 and 2026-07-28).
 
 POST, GET and DELETE go to the upstream exactly once, through the same call as HTTP routes
-(`proxy.upstream.call_upstream`: `limits.response_timeout_s`, forwarding headers, transport
-faults as 502/504), with every header the proxy forwards (`Mcp-Session-Id`,
+(`gateway.exchange.upstream.call.call_upstream`: `limits.response_timeout_s`, forwarding
+headers, transport faults as 502/504), with every header the proxy forwards (`Mcp-Session-Id`,
 `MCP-Protocol-Version`, `Last-Event-ID`, `Mcp-Method`, `Mcp-Name`, every `Mcp-Param-*`).
-Requests in a POST body are registered in the session's table before sending, so their
-responses can be upgraded wherever they arrive. The gateway reads them from a copy of the
-body with its content codings undone (gzip, deflate; the decoded size under
-`limits.max_request_body_bytes`, else 413; another coding, 415) and forwards the bytes as
-the client sent them. Status codes, `Content-Type`, 202s, non-JSON
-bodies and HTTP errors pass exactly as the upstream sent them; `application/json` bodies are
-read (up to `mcp.max_message_bytes`) only when a tracked response may be in them, and
-`text/event-stream` bodies are relayed event by event.
-"""
+Requests in a POST body are registered in the session's table before sending, so their responses
+can be upgraded wherever they arrive. The gateway reads them from a copy of the body with its
+content codings undone (gzip, deflate; the decoded size under `limits.max_request_body_bytes`,
+else 413; another coding, 415) and forwards the bytes as the client sent them. Status codes,
+`Content-Type`, 202s, non-JSON bodies and HTTP errors pass exactly as the upstream sent them;
+`application/json` bodies are read (up to `mcp.max_message_bytes`) only when a tracked response
+may be in them, and `text/event-stream` bodies are relayed event by event."""
 
 from __future__ import annotations
 
@@ -23,11 +21,9 @@ from aiohttp import StreamReader, hdrs, web
 from multidict import CIMultiDict
 
 from gateway.config.models import LimitsSpec
-from gateway.exchange.body import Undecodable, decode_content
 from gateway.exchange.context import RequestContext
 from gateway.exchange.headers import client_response_headers, visible_ascii
-from gateway.exchange.http_failure import answer_transport_failure
-from gateway.exchange.own_answers import refuse
+from gateway.exchange.own_answers import answer_transport_failure, refuse
 from gateway.exchange.relay import relay
 from gateway.exchange.rewritten_headers import drop_body_bound
 from gateway.exchange.upstream.call import call_upstream
@@ -37,7 +33,8 @@ from gateway.fence.aiohttp_private import RelayResponse
 from gateway.header_names import MCP_PROTOCOL_VERSION, MCP_SESSION_ID, REQUEST_ID
 from gateway.mcp import cors, oauth
 from gateway.mcp.bridge_http import serve_bridge
-from gateway.mcp.correlation import HttpCallSite, Tracker, rewrite_payload
+from gateway.mcp.call_site import HttpCallSite
+from gateway.mcp.correlation import Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestTable,
     parse_message,
@@ -49,12 +46,16 @@ from gateway.mcp.sessions_state import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
 from gateway.text.capped_read import read_capped
+from gateway.text.content_codings import Undecodable, decode_content
 
 log = logging.getLogger("mendpoint.mcp")
 
 
-async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> web.StreamResponse:
-    """Serve one Streamable HTTP request of an MCP route (an upstream URL, or the bridge)."""
+async def handle_mcp(
+    request: web.Request, ctx: RequestContext, target: str, upgrader: Upgrader
+) -> web.StreamResponse:
+    """Serve one Streamable HTTP request of an MCP route (an upstream URL, or the bridge),
+    upgrading failures with this config's `upgrader`."""
     spec = ctx.route.spec
     origin = request.headers.get("Origin")
     why = refusal(origin, request.headers.get("Host"), spec)
@@ -83,7 +84,6 @@ async def handle_mcp(request: web.Request, ctx: RequestContext, target: str) -> 
         if isinstance(decoded, Undecodable):
             return await refuse(ctx, Refusal.UNDECODABLE_BODY)
         body = decoded
-    upgrader = runtime.upgrader(ctx.state.enricher, ctx.state.loaded)
     posted = request.method == "POST" and bool(body)
     if spec.command is not None:
         if ctx.record.trace is not None:

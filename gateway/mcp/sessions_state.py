@@ -2,9 +2,9 @@
 
 Lives for the app's lifetime (across config reloads), so a response on a resumed GET stream
 still finds the request a POST registered before a reload, and a bridge session keeps its
-child. (What depends on the config, the enrichment step, lives in the per-config
-`GatewayState`.) Bridge children never outlive the app: GET streams end when shutdown begins,
-every child is killed at cleanup.
+child. (What depends on the config, the tool-failure upgrader, lives in the per-config
+generation: gateway/serve/generation.py.) Bridge children never outlive the app: GET
+streams end when shutdown begins, every child is killed at cleanup.
 """
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.config.loaded import LoadedConfig
-from gateway.enrich.step import Enricher
 from gateway.mcp import cors
 from gateway.mcp.bridge_sessions import Bridges
 from gateway.mcp.jsonrpc import SessionTables
 from gateway.mcp.tool_hints import ToolBook
-from gateway.mcp.upgrade import Upgrader
 
 
 class McpRuntime:
@@ -30,21 +28,12 @@ class McpRuntime:
         across reloads, as the servers behind the routes are."""
         self.stop_by: float | None = None
         """When the gateway's drain must be over (a loop time), once it began."""
-        self._upgrader: Upgrader | None = None
-
-    def upgrader(self, enricher: Enricher, loaded: LoadedConfig) -> Upgrader:
-        """The tool-failure upgrader of the config `enricher` belongs to, built once per
-        config (a reload brings a new enricher), not once per request."""
-        upgrader = self._upgrader
-        if upgrader is None or upgrader.enricher is not enricher:
-            upgrader = self._upgrader = Upgrader(enricher, loaded.config.mcp, self.tools)
-        return upgrader
 
 
 MCP_RUNTIME = web.AppKey("mendpoint_mcp", McpRuntime)
 
 
-def install(app: web.Application, loaded: LoadedConfig) -> None:
+def install(app: web.Application, loaded: LoadedConfig) -> McpRuntime:
     """Give `app` its MCP runtime; done at build time, before the app is frozen."""
     runtime = app[MCP_RUNTIME] = McpRuntime(loaded)
 
@@ -57,3 +46,4 @@ def install(app: web.Application, loaded: LoadedConfig) -> None:
     app.on_shutdown.append(end_streams)
     app.on_cleanup.append(kill_children)
     app.on_response_prepare.append(cors.add_headers)
+    return runtime

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -30,8 +29,10 @@ from asyncio import FIRST_COMPLETED
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.failure import Failure, Mode, Refusal
+from gateway.failure import Mode, Refusal
+from gateway.fence.cpython_private import FlowControlMixin
 from gateway.mcp.child import Child
+from gateway.mcp.correlation import rewrite_payload
 from gateway.mcp.jsonrpc import (
     Pending,
     RequestKey,
@@ -39,13 +40,13 @@ from gateway.mcp.jsonrpc import (
     cancelled_requests,
     encode,
     may_be_response,
-    may_need_rewrite,
     parse_message,
     request_key,
     requests_in,
 )
 from gateway.mcp.lines import Overlong, overlong_id, read_line
 from gateway.mcp.rpc_errors import server_gone
+from gateway.observers import Classified, FailureNotes
 
 if TYPE_CHECKING:
     from gateway.config.relay_limits import RelayLimits
@@ -60,13 +61,18 @@ EXIT_GRACE_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class StdioCallSite:
-    """The `CallSite` of a stdio session: one local caller, the mode given on the command line."""
+    """The `CallSite` of a stdio session: one local caller, the mode given on the command line.
+
+    Each failure gets an id of its own (the draft extension's `correlationId`): there is no
+    access log in stdio mode, so the failure's log line (`FailureLog`) is what an operator
+    finds it by."""
 
     mode: Mode
     route_name: str = "stdio"
     path: str = "/"
     idempotent: bool = False
-    request_id: str = ""
+    request_id: str | None = None
+    """Every failure's id, where one must be the same each time (a replay); else a new one."""
 
     def failure_context(self, situation: Situation) -> FailureContext:
         from gateway.enrich.step import FailureContext
@@ -75,11 +81,41 @@ class StdioCallSite:
         return FailureContext(
             route=self.route_name,
             mode=self.mode,
-            request_id=self.request_id,
+            request_id=self.request_id or uuid.uuid4().hex,
             caller=ANONYMOUS,
             situation=situation,
             started=time.monotonic(),
         )
+
+
+class FailureLog:
+    """The failure path's log line in stdio mode, as a declared observer (gateway/observers.py):
+    code, rule, tool or method, and the failure's own id."""
+
+    def classified(self, event: Classified) -> None:
+        method = "tools/call" if event.tool else event.operation
+        log.info(
+            "MCP failure %s (rule %s) for %s request_id=%s",
+            event.failure.code,
+            event.rule,
+            event.operation,
+            event.request_id,
+            extra={
+                "fields": {
+                    "request_id": event.request_id,
+                    "method": method,
+                    "tool": event.tool,
+                    "code": event.failure.code,
+                    "rule": event.rule,
+                }
+            },
+        )
+
+    def upgraded(self, route: str, mode: Mode) -> None:
+        pass
+
+    def fell_back(self, route: str, reason: str, notes: FailureNotes | None) -> None:
+        pass
 
 
 class StdioRelay:
@@ -217,24 +253,16 @@ class StdioRelay:
             log.info("MCP message of %d bytes over the size limit relayed unparsed", line.size)
 
     async def _maybe_upgraded(self, line: bytes) -> bytes:
+        """The server's line, its responses to noted requests upgraded by the one payload
+        rewriter every relay calls (`rewrite_payload`). Every response settles its request,
+        upgraded or not: a server that exits later owes it no second answer."""
         if not self.pending or not may_be_response(line):
             return line
         message = parse_message(line)
-        if not isinstance(message, dict) or "method" in message:
+        answered = _Answered(self, message)
+        if not answered:
             return line
-        key = request_key(message.get("id"))
-        pending = self._settle(key) if key is not None else None
-        if pending is None:
-            return line
-        if not may_need_rewrite(line) and not (await self._upgrader()).reads_successes:
-            return line  # a success no rule reads (an opt-in rule's tool may: is_error false)
-        # Each upgraded failure gets its own id: the draft extension's correlationId. There is
-        # no access log in stdio mode, so this line is what an operator finds it by.
-        site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
-        outcome = await (await self._upgrader()).upgrade(message, pending, site)
-        if outcome is not None and outcome.verdict is not None:
-            _log_failure(site.request_id, pending, outcome.verdict.failure)
-        new = None if outcome is None or outcome.message is None else encode(outcome.message)
+        new, _ = await rewrite_payload(line, answered, await self._upgrader(), self.site, message)
         if new is None:
             return line
         return new + (b"\r\n" if line.endswith(b"\r\n") else b"\n")
@@ -244,32 +272,29 @@ class StdioRelay:
         answer is the bridge's, in this relay's mode (docs/mcp.md#a-server-that-exits)."""
         for key, pending in self.pending.drain():
             error = server_gone(self._ids.pop(key, key[1]), pending.method)
-            site = dataclasses.replace(self.site, request_id=uuid.uuid4().hex)
             upgrader = await self._upgrader()
-            outcome = await upgrader.own_error(error, pending, site, Refusal.SERVER_EXITED)
-            if outcome is not None and outcome.verdict is not None:
-                _log_failure(site.request_id, pending, outcome.verdict.failure)
+            outcome = await upgrader.own_error(error, pending, self.site, Refusal.SERVER_EXITED)
             message = error if outcome is None or outcome.message is None else outcome.message
             out.write((encode(message) or json.dumps(error).encode()) + b"\n")
 
 
-def _log_failure(request_id: str, pending: Pending, failure: Failure) -> None:
-    log.info(
-        "MCP failure %s (rule %s) for %s request_id=%s",
-        failure.code,
-        failure.rule_id,
-        pending.tool or pending.method,
-        request_id,
-        extra={
-            "fields": {
-                "request_id": request_id,
-                "method": pending.method,
-                "tool": pending.tool,
-                "code": failure.code,
-                "rule": failure.rule_id,
-            }
-        },
-    )
+class _Answered:
+    """The noted requests a server message answers, settled as it is read (`Correlates`)."""
+
+    def __init__(self, relay: StdioRelay, message: Any) -> None:
+        self._found: dict[int, Pending] = {}
+        for item in message if isinstance(message, list) else (message,):
+            if isinstance(item, dict) and "method" not in item:
+                key = request_key(item.get("id"))
+                pending = relay._settle(key) if key is not None else None
+                if pending is not None:
+                    self._found[id(item)] = pending
+
+    def __bool__(self) -> bool:
+        return bool(self._found)
+
+    def pop(self, message: Any) -> Pending | None:
+        return self._found.pop(id(message), None)
 
 
 async def _stdin_reader(limit: int) -> asyncio.StreamReader:
@@ -301,7 +326,7 @@ async def _stdout_writer() -> asyncio.StreamWriter | _FileOut:
         return _FileOut()
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+        FlowControlMixin, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     )
     return asyncio.StreamWriter(transport, protocol, None, loop)
 

@@ -25,7 +25,7 @@ from gateway.config.relay_limits import RelayLimits
 from gateway.failure import Mode
 from gateway.mcp.child import Child
 from gateway.mcp.spawn import Spawned
-from gateway.mcp.stdio import StdioRelay
+from gateway.mcp.stdio import FailureLog, StdioRelay
 
 if TYPE_CHECKING:
     from gateway.config.loaded import LoadedConfig
@@ -101,4 +101,4 @@ def _upgrader(config: StdioConfig) -> Upgrader:
         from gateway.mcp.upgrade import Upgrader
 
         loaded = config.load()
-        return Upgrader(Enricher.build(loaded), loaded.config.mcp)
+        return Upgrader(Enricher.build(loaded, (FailureLog(),)), loaded.config.mcp)

@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 from gateway.classify import Observation, Verdict
 from gateway.config.models import McpSpec
-from gateway.enrich.envelope import advisory_headers, error_object, failure_object
+from gateway.enrich.envelope import error_object, failure_object
 from gateway.enrich.step import Enricher, FailureContext, Render
+from gateway.exchange.answer import advisory_headers
 from gateway.failure import Failure, Mode, Recovery, Refusal
 from gateway.mcp.jsonrpc import Pending
 from gateway.mcp.rewrite import (
@@ -261,9 +262,8 @@ def _failure_context(site: CallSite, pending: Pending) -> FailureContext:
 def _traced_failure(ctx: FailureContext, jsonrpc_code: int | None) -> None:
     """`error.type` on the exchange's span: the JSON-RPC code, or `tool_error` for a tool
     result with `isError` (a success to HTTP, a failure to whoever called the tool)."""
-    record = ctx.record
-    if record is not None and record.trace is not None:
-        record.trace.mcp_failed(jsonrpc_code)
+    if ctx.notes is not None:
+        ctx.notes.note_mcp_failure(jsonrpc_code)
 
 
 def _payload(failure: Failure, recovery: Recovery, request_id: str) -> dict[str, Any]:

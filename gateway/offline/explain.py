@@ -22,11 +22,17 @@ from gateway.classify.observation import carries_idempotency_key
 from gateway.classify.why_not import PassedOver, passed_over
 from gateway.config.errors import Refused
 from gateway.config.loaded import LoadedConfig
-from gateway.enrich.envelope import JSON_TYPE, Rendering
 from gateway.enrich.step import Enricher, FailureContext
-from gateway.exchange.answers import HttpAnswers, as_route_answers
+from gateway.exchange.answer import (
+    JSON_TYPE,
+    Answers,
+    Rendering,
+    RouteAnswers,
+    apply_rendering,
+    matchable,
+    synthesised,
+)
 from gateway.exchange.headers import client_response_headers
-from gateway.exchange.http_failure import apply_rendering, matchable, synthesised
 from gateway.exchange.routes import Route, RouteTable
 from gateway.failure import Mode, Recovery, TransportKind
 from gateway.header_names import ACCEPT, REQUEST_ID
@@ -145,7 +151,7 @@ async def explain(
     if route is None:
         raise SampleError(f"no route's prefix matches {sample.path!r}")
     enricher = enricher or Enricher.offline(loaded)
-    answers = HttpAnswers(enricher)
+    answers = Answers(enricher)
     if sample.is_mcp:
         return await _explain_mcp(loaded, sample, mode, enricher, caller, route)
     method = sample.method.upper()
@@ -169,16 +175,13 @@ async def explain(
     )
     operation = route.operation_for(method, path)
     situation = Situation(operation=operation, route=route.spec.name)
-    ctx = as_route_answers(
-        _failure_context(route.spec.name, mode, caller, sample.request_id, situation),
-        route.spec,
-        sample.request_headers.get(ACCEPT),
-    )
+    ctx = _failure_context(route.spec.name, mode, caller, sample.request_id, situation)
+    how = RouteAnswers.of(route.spec, sample.request_headers.get(ACCEPT))
 
     def explained(
         verdict: Verdict, recovery: Recovery, duration_ms: int
     ) -> tuple[Verdict, Rendering | None]:
-        return verdict, answers.rendering(obs, ctx, verdict, recovery, duration_ms)
+        return verdict, answers.rendering(obs, ctx, how, verdict, recovery, duration_ms)
 
     result = await enricher.enrich(obs, ctx, explained)
     verdict, rendering = result if result is not None else (None, None)
@@ -222,7 +225,8 @@ async def _explain_mcp(
 
 
 def _http_answer(sample: Sample, rendering: Rendering | None) -> Answer:
-    """The answer as `proxy.http_failure` builds it from the upstream's and the rendering."""
+    """The answer as an HTTP route builds it from the upstream's and the rendering
+    (gateway/exchange/answer.py)."""
     if sample.transport is not None:
         headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: sample.request_id})
         status, body = synthesised(sample.transport, headers, rendering)

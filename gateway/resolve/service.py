@@ -144,7 +144,7 @@ class RecoveryService:
 
     def replayed(self, failure: Failure, recovery: Recovery) -> None:
         """Count a kept local `recovery` for `failure` as `recover` counted it when it was
-        resolved (the answer cache's hits; gateway/exchange/answer_cache.py): outcome and catalog
+        resolved (the answer cache's hits; gateway/http/answer_cache.py): outcome and catalog
         gap."""
         intent = failure.recovery_intent
         if intent is None or self.max_options == 0 or self.remote is not None:

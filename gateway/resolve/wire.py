@@ -39,11 +39,6 @@ class ResolveRequest(Wire):
     context: WireContext
 
 
-class WireThenRetry(Wire):
-    skill_name: str = Field(max_length=256)
-    advisory: bool = True
-
-
 class WireOption(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 

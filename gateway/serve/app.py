@@ -16,7 +16,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from aiohttp import helpers, web
+from aiohttp import web
 
 from gateway.config.errors import ConfigError, Refused
 from gateway.config.loaded import LoadedConfig
@@ -30,30 +30,25 @@ from gateway.exchange.connection import (
     close_after_upgrade_request,
 )
 from gateway.exchange.own_answers import refused_connection
-from gateway.exchange.state import (
-    CAPTURES,
-    SIGNATURES,
-    STATE,
-    UPSTREAM,
-    GatewayState,
-    StateHolder,
-)
+from gateway.exchange.state import UPSTREAM
 from gateway.exchange.upstream.pool import UpstreamClient
 from gateway.feedback import shared
 from gateway.feedback.capture import Captures
 from gateway.feedback.followups import FollowupBook
 from gateway.feedback.signatures import SignatureBook
-from gateway.fence.aiohttp_private import server_handler_kwargs
+from gateway.fence.aiohttp_private import NO_EXTENSIONS, server_handler_kwargs
 from gateway.http.followup_watch import FOLLOWUP_BOOK
 from gateway.mcp import bridge_owners
 from gateway.mcp import sessions_state as mcp_runtime
-from gateway.serve import listeners
+from gateway.serve import listeners, request_observers
 from gateway.serve.admin import admin_tokens, build_admin_app, warn_if_exposed
 from gateway.serve.connection_cap import ConnectionCap, Refuse
 from gateway.serve.fleet_mcp import SessionRelay, join_fleet
+from gateway.serve.generation import CAPTURES, SIGNATURES, STATE, Generation, StateHolder
 from gateway.serve.handler import expect, handle
 from gateway.serve.listeners import dual_stack_socket
 from gateway.serve.process_tuning import settle
+from gateway.serve.request_observers import REQUEST_OBSERVERS
 from gateway.telemetry.logs import close_access_log, set_access_log
 from gateway.telemetry.metrics import READY, RELOADS
 from gateway.telemetry.tracing import TRACING, TraceSettings
@@ -66,7 +61,7 @@ class UnsafeRuntime(Refused, RuntimeError):
 
 
 def require_c_parser() -> None:
-    if helpers.NO_EXTENSIONS:
+    if NO_EXTENSIONS:
         raise UnsafeRuntime(
             "AIOHTTP_NO_EXTENSIONS is set: the pure-Python HTTP parser is not safe against "
             "request smuggling; unset it to run the gateway"
@@ -79,13 +74,16 @@ def build_app(
     followups: FollowupBook | None = None,
 ) -> web.Application:
     app = web.Application()
-    app[STATE] = StateHolder(GatewayState.build(loaded))
     app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
     app[CAPTURES] = Captures()
     app.on_cleanup.append(_flush_captures)
     app[FOLLOWUP_BOOK] = followups or FollowupBook(loaded.config.followups, origin=os.getpid())
     app.cleanup_ctx.append(_sweep_followups)
-    mcp_runtime.install(app, loaded)
+    app[REQUEST_OBSERVERS] = request_observers.declared(app[FOLLOWUP_BOOK])
+    runtime = mcp_runtime.install(app, loaded)
+    app[STATE] = StateHolder(
+        Generation.build(loaded, runtime.tools, app[CAPTURES], app[SIGNATURES])
+    )
     app.cleanup_ctx.append(_upstream_client)
     app.on_cleanup.append(_close_resolver)
     app.router.register_resource(AnyPathResource(handle, expect))
@@ -95,7 +93,7 @@ def build_app(
 
 
 async def _upstream_client(app: web.Application) -> AsyncIterator[None]:
-    client = UpstreamClient(app[STATE].current.loaded.config.limits)
+    client = UpstreamClient(app[STATE].current.exchange.config.limits)
     app[UPSTREAM] = client
     yield
     await client.close()
@@ -122,7 +120,7 @@ async def _flush_captures(app: web.Application) -> None:
 
 
 async def _close_resolver(app: web.Application) -> None:
-    await app[STATE].current.recovery.close()
+    await app[STATE].current.exchange.recovery.close()
 
 
 class GatewayServer:
@@ -163,7 +161,7 @@ class GatewayServer:
 
     @property
     def loaded(self) -> LoadedConfig:
-        return self.app[STATE].current.loaded
+        return self.app[STATE].current.exchange.loaded
 
     async def start(
         self, listen: str | None = None, admin: str | None = None, *, reuse_port: bool = False
@@ -184,10 +182,14 @@ class GatewayServer:
 
         def factory() -> asyncio.Protocol:
             if cap.full:
-                return Refuse(refused_connection(holder.current))
+                return Refuse(refused_connection(holder.exchange()))
             # What `server()` builds, with the gateway's precise 414/431 for oversize heads.
             protocol = GatewayProtocol(
-                server, loop=loop, state=holder, on_lost=cap.ended, **server_handler_kwargs(server)
+                server,
+                loop=loop,
+                state=holder.exchange,
+                on_lost=cap.ended,
+                **server_handler_kwargs(server),
             )
             cap.accepted()
             return protocol
@@ -253,8 +255,8 @@ class GatewayServer:
             return False
         loop = asyncio.get_running_loop()
         try:
-            running = self.app[STATE].current.loaded.config
-            state = await loop.run_in_executor(None, _build_state, self.config_path, running)
+            running = self.loaded.config
+            state = await loop.run_in_executor(None, self._build, self.config_path, running)
         except ConfigError as exc:
             RELOADS.labels(result="failure").inc()
             log.error("config reload failed; keeping the running config:\n%s", exc)
@@ -262,20 +264,28 @@ class GatewayServer:
         holder = self.app[STATE]
         old = holder.current
         holder.current = state
-        self.followups.configure(state.config.followups)
-        set_access_log(state.config.log.access)
+        config = state.exchange.config
+        self.followups.configure(config.followups)
+        set_access_log(config.log.access)
         RELOADS.labels(result="success").inc()
-        log.info("config reloaded from %s (%d rules)", self.config_path, len(state.loaded.rules))
+        rules = len(state.exchange.loaded.rules)
+        log.info("config reloaded from %s (%d rules)", self.config_path, rules)
         self._retire(old)
         return True
 
-    def _retire(self, old: GatewayState) -> None:
+    def _build(self, path: str, running: GatewayConfig) -> Generation:
+        """The next generation, from the file; run in a thread (loading and compiling)."""
+        tools = self.app[mcp_runtime.MCP_RUNTIME].tools
+        loaded = reloaded_config(path, running)
+        return Generation.build(loaded, tools, self.app[CAPTURES], self.signatures)
+
+    def _retire(self, old: Generation) -> None:
         """Close the old state's resolver client once requests that may use it have ended."""
-        linger_s = old.loaded.config.enrich_budget_ms / 1000 * 2 + 1
+        linger_s = old.exchange.config.enrich_budget_ms / 1000 * 2 + 1
 
         async def close_later() -> None:
             await asyncio.sleep(linger_s)
-            await old.recovery.close()
+            await old.exchange.recovery.close()
 
         task = asyncio.get_running_loop().create_task(close_later())
         self._retired.add(task)
@@ -343,10 +353,6 @@ def _cut_connections(server: web.Server) -> None:
         transport = connection.transport
         if transport is not None:
             transport.abort()
-
-
-def _build_state(path: str, running: GatewayConfig) -> GatewayState:
-    return GatewayState.build(reloaded_config(path, running))
 
 
 class Supervisor(Protocol):

@@ -33,7 +33,6 @@ from gateway.config.model_base import parse_host_port
 from gateway.config.models import WILDCARD_HOSTS
 from gateway.config.session_keys import SessionKeys
 from gateway.exchange.connection import GatewayProtocol, head_refusal
-from gateway.exchange.state import StateHolder
 from gateway.feedback.shared import SharedTracking
 from gateway.fence.aiohttp_private import (
     HeadCheck,
@@ -43,6 +42,7 @@ from gateway.fence.aiohttp_private import (
 )
 from gateway.mcp.bridge_replicas import ReplicaDirectory
 from gateway.mcp.sessions_state import McpRuntime
+from gateway.serve.generation import StateHolder
 from gateway.serve.listeners import dual_stack_socket
 
 log = logging.getLogger("mendpoint")
@@ -105,7 +105,7 @@ async def join_fleet(
 
     def factory() -> asyncio.Protocol:
         return GatewayProtocol(
-            server, loop=loop, state=state, check=check, **server_handler_kwargs(server)
+            server, loop=loop, state=state.exchange, check=check, **server_handler_kwargs(server)
         )
 
     host, port = parse_host_port(spec.listen)

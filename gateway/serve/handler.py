@@ -1,7 +1,9 @@
 """The one aiohttp handler behind every route: route, dispatch by route type, count and log.
 
-It sits above both data paths: `proxy.forward` serves `type: http` routes and
-`mcp.http_route` serves `type: mcp` routes; neither imports the other's package.
+It sits above both transports: `gateway.http.forward` serves `type: http` routes and
+`gateway.mcp.http_route` serves `type: mcp` routes, each with its own part of the config's
+generation (gateway/serve/generation.py); neither imports the other's package. The request
+observers the app declared (gateway/serve/request_observers.py) are told as it goes.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ from aiohttp import HttpVersion11, hdrs, web
 from gateway.exchange.context import RequestContext, request_id_of
 from gateway.exchange.own_answers import path_refusal, refuse, refuse_unrouted
 from gateway.exchange.relay import send_continue
-from gateway.exchange.state import STATE, GatewayState
 from gateway.failure import Refusal
-from gateway.http.followup_watch import FOLLOWUP_BOOK, Watch
 from gateway.http.forward import forward, request_target
 from gateway.mcp.http_route import handle_mcp
+from gateway.serve.generation import STATE, Generation
+from gateway.serve.request_observers import REQUEST_OBSERVERS, RequestObserver
 from gateway.telemetry.logs import AccessRecord
 from gateway.telemetry.metrics import IN_FLIGHT, count_request
-from gateway.telemetry.tracing import TRACING
 
 CLIENT_CLOSED = 499  # nginx's convention for "the client went away first"
 CONTINUE = "100-continue"
@@ -37,22 +38,24 @@ async def expect(request: web.Request) -> None:
     value = request.headers.get(hdrs.EXPECT, "")
     if value.lower() != CONTINUE:
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {value}")
-    route, forwarded = request.app[STATE].current.routes.resolve(request_target(request))
+    routes = request.app[STATE].current.exchange.routes
+    route, forwarded = routes.resolve(request_target(request))
     if route is not None and route.spec.type == "mcp" and forwarded is not None:
         await send_continue(request)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
     """Forward, then count and log the outcome, whatever it was."""
-    state = request.app[STATE].current
+    generation = request.app[STATE].current
+    observers = request.app[REQUEST_OBSERVERS]
     request_id = request_id_of(request)
     target = request_target(request)
     record = AccessRecord(request_id, request.method, request.path, time.monotonic())
-    if TRACING.on:
-        record.trace = TRACING.begin(request)
+    for observer in observers:
+        observer.began(request, record)
     IN_FLIGHT.inc()
     try:
-        response = await dispatch(request, state, record, target)
+        response = await dispatch(request, generation, record, target, observers)
         record.status = response.status
         return response
     except asyncio.CancelledError:
@@ -61,15 +64,20 @@ async def handle(request: web.Request) -> web.StreamResponse:
     finally:
         IN_FLIGHT.dec()
         count_request(record.route, record.method, record.status)
-        if record.trace is not None:
-            record.trace.end(record)
+        for observer in observers:
+            observer.ended(record)
         record.emit()
 
 
 async def dispatch(
-    request: web.Request, state: GatewayState, record: AccessRecord, target: str
+    request: web.Request,
+    generation: Generation,
+    record: AccessRecord,
+    target: str,
+    observers: tuple[RequestObserver, ...],
 ) -> web.StreamResponse:
     """The route for the target and the data path for its type."""
+    state = generation.exchange
     refusal = path_refusal(target.partition("?")[0], request.path)
     if refusal is not None:
         return await refuse_unrouted(request, state, record, refusal)
@@ -86,11 +94,9 @@ async def dispatch(
     if declared is not None and declared > state.config.limits.max_request_body_bytes:
         return await refuse(ctx, Refusal.BODY_TOO_LARGE)
     if route.spec.type == "mcp":
-        return await handle_mcp(request, ctx, target)
-    book = request.app[FOLLOWUP_BOOK]
-    if not book.enabled:
-        return await forward(request, ctx, target)
-    watch = Watch.begin(book, ctx, target)
-    response = await forward(request, ctx, target)
-    watch.end(response.status)
+        return await handle_mcp(request, ctx, target, generation.mcp)
+    settles = [settle for o in observers if (settle := o.routed(ctx, target)) is not None]
+    response = await forward(request, ctx, target, generation.http)
+    for settle in settles:
+        settle(response.status)
     return response

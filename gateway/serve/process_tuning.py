@@ -50,10 +50,6 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         return runner.run(main)
 
 
-def loop_name() -> str:
-    return type(asyncio.get_running_loop()).__module__.split(".")[0]
-
-
 def _tuned() -> bool:
     return os.environ.get("MENDPOINT_GC", "").strip().lower() != "default"
 

@@ -24,6 +24,8 @@ import orjson
 if TYPE_CHECKING:
     from gateway.telemetry.spans import ExchangeTrace
 
+from gateway.failure import Failure, Mode
+from gateway.observers import Classified, FailureNotes
 from gateway.telemetry.access_writer import AccessWriter
 
 ACCESS = logging.getLogger("mendpoint.access")
@@ -233,6 +235,27 @@ class AccessRecord:
     trace: ExchangeTrace | None = None
     """The exchange's spans, while tracing is on (docs/operations.md#traces)."""
 
+    def note_failure(self, failure: Failure, rule: str, mode: Mode) -> None:
+        """The classified failure, on the access line and (as an event) on the span."""
+        self.failure_code, self.rule, self.mode = failure.code, rule, mode.value
+        self.retryable, self.retry_after_ms = failure.retryable, failure.retry_after_ms
+        if self.trace is not None:
+            self.trace.classified(
+                failure.code,
+                failure.category.value,
+                rule,
+                failure.retryable,
+                failure.retry_after_ms,
+                mode.value,
+            )
+
+    def note_fallback(self, reason: str) -> None:
+        self.fallback = reason
+
+    def note_mcp_failure(self, jsonrpc_code: int | None) -> None:
+        if self.trace is not None:
+            self.trace.mcp_failed(jsonrpc_code)
+
     def emit(self) -> None:
         if not ACCESS.isEnabledFor(logging.INFO):
             return
@@ -264,3 +287,19 @@ class AccessRecord:
             return
         stamp = output.stamp.now()
         output.writer.put(output.line(stamp, "INFO", "mendpoint.access", "request", fields))
+
+
+class AccessNotes:
+    """The failure path's notes on the request's own record, as a declared observer
+    (gateway/observers.py): the access line's failure fields and the span's failure event."""
+
+    def classified(self, event: Classified) -> None:
+        if event.notes is not None:
+            event.notes.note_failure(event.failure, event.rule, event.mode)
+
+    def upgraded(self, route: str, mode: Mode) -> None:
+        pass  # the access line has the mode already
+
+    def fell_back(self, route: str, reason: str, notes: FailureNotes | None) -> None:
+        if notes is not None:
+            notes.note_fallback(reason)

@@ -31,6 +31,9 @@ from prometheus_client import (
 from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.failure import Mode
+from gateway.observers import Classified, FailureNotes
+
 # `_created` series double the output and no dashboard uses them. (The library does not
 # annotate this function; the ignore covers only that missing annotation.)
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -295,6 +298,27 @@ def count_envelope(route: str, mode: str) -> None:
 def count_unmatched(route: str, kind: str) -> None:
     """`UNMATCHED` for one failure only a shipped default matched, through a cached child."""
     _unmatched_child(route, kind).inc()
+
+
+class FailureMetrics:
+    """The failure path's counters, as a declared observer (gateway/observers.py):
+    `mendpoint_failures_total` for every classified failure, `…_unmatched_failures_total`
+    for those only a shipped default named, `…_envelopes_total` for the upgraded answers and
+    `…_fail_open_total` for the answers that went out as they came."""
+
+    def classified(self, event: Classified) -> None:
+        failure = event.failure
+        mode = event.mode.value
+        count_failure(event.route, failure.category.value, failure.code, event.rule, mode)
+        if event.is_default:
+            kind = status_class(event.status) if event.status is not None else None
+            count_unmatched(event.route, kind or ("transport" if event.transport else "mcp"))
+
+    def upgraded(self, route: str, mode: Mode) -> None:
+        count_envelope(route, mode.value)
+
+    def fell_back(self, route: str, reason: str, notes: FailureNotes | None) -> None:
+        FALLBACKS.labels(route=route, reason=reason).inc()
 
 
 def count_resolution(outcome: ResolverOutcome) -> None:

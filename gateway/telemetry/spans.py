@@ -4,7 +4,7 @@ One SERVER span per exchange, following the stable HTTP semantic conventions and
 routes, the MCP ones; one CLIENT span per upstream attempt, a replay counted with
 `http.request.resend_count`; the gateway's own facts under `mendpoint.`. This module imports
 the OpenTelemetry API and SDK sampler, so it is loaded only once tracing is on
-(`telemetry.tracing.start`): with tracing off no request touches it.
+(`gateway.telemetry.tracing.Tracing.start`): with tracing off no request touches it.
 
 A span here is plain data (`span_pipe.Recorded`): the SDK's span objects are built, and
 encoded to OTLP, in the exporter process (gateway.telemetry.span_export), off the gateway's

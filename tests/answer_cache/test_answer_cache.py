@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 from gateway.classify import Classifier, Observation
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_names, builtin_text, load_config
-from gateway.enrich.envelope import Rendering
 from gateway.enrich.step import Enricher, FailureContext
-from gateway.exchange.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
-from gateway.exchange.answers import HttpAnswers
+from gateway.exchange.answer import Answers, Rendering, RouteAnswers
 from gateway.failure import NO_RECOVERY, Mode
+from gateway.http.answer_cache import ENTRY_OVERHEAD_BYTES, AnswerCache
+from gateway.http.cached_answers import CachedAnswers
 from gateway.offline.fixtures import FixtureCase, load_fixtures, sample_of
 from gateway.resolve.callers import Caller
 from gateway.resolve.service import Situation
-from gateway.telemetry.logs import AccessRecord
+from gateway.telemetry.logs import AccessNotes, AccessRecord
 
 NOW = 5000.0
 INTENTS = ("credential_refresh", "input_validation", "payload_reduction")
@@ -87,24 +87,27 @@ def observation(case: FixtureCase, instant: float | None = None) -> Observation:
 
 def context(
     case: FixtureCase, mode: Mode, request_id: str, duration_ms: int, accept_json: bool
-) -> FailureContext:
+) -> tuple[FailureContext, RouteAnswers]:
+    """The failure's context (its access record the observers write on) and what the route
+    and the request's `Accept` decide."""
     scopes = frozenset({"data:read"}) if len(request_id) % 2 else frozenset()
-    return FailureContext(
+    ctx = FailureContext(
         route="default",
         mode=mode,
         request_id=request_id,
         caller=Caller("agent" if scopes else None, scopes),
         situation=Situation(operation=f"{case.request.method} {case.request.path}"),
         started=NOW - duration_ms / 1000,
-        record=AccessRecord(request_id, case.request.method, case.request.path, 0.0),
-        json_clients=True,
-        prefers_json=accept_json,
+        notes=AccessRecord(request_id, case.request.method, case.request.path, 0.0),
     )
+    return ctx, RouteAnswers(json_clients=True, prefers_json=accept_json)
 
 
-def enrichers(loaded: LoadedConfig) -> tuple[HttpAnswers, HttpAnswers]:
-    uncached = HttpAnswers.build(loaded, Enricher.build(loaded))
-    cached = HttpAnswers.build(loaded, Enricher.build(loaded))
+def enrichers(loaded: LoadedConfig) -> tuple[CachedAnswers, CachedAnswers]:
+    def built() -> CachedAnswers:
+        return CachedAnswers.build(loaded, Answers(Enricher.build(loaded, (AccessNotes(),))))
+
+    uncached, cached = built(), built()
     uncached.answers = None
     assert cached.answers is not None
     for answers in (uncached, cached):
@@ -112,8 +115,9 @@ def enrichers(loaded: LoadedConfig) -> tuple[HttpAnswers, HttpAnswers]:
     return uncached, cached
 
 
-def recorded(record: AccessRecord | None) -> tuple[Any, ...]:
-    assert record is not None
+def recorded(ctx: tuple[FailureContext, RouteAnswers]) -> tuple[Any, ...]:
+    record = ctx[0].notes
+    assert isinstance(record, AccessRecord)
     return (record.failure_code, record.rule, record.mode, record.retryable, record.retry_after_ms)
 
 
@@ -162,17 +166,17 @@ def test_cached_answers_are_the_uncached_answers(
         for request_id, duration_ms in [*requests, again]:
             direct_ctx = context(case, mode, request_id, duration_ms, accept_json)
             direct_obs = observation(case)
-            direct = await uncached.response(direct_obs, direct_ctx)
+            direct = await uncached.response(direct_obs, *direct_ctx)
             # The same request: the same wall-clock instant if its verdict read the clock.
             via_obs = observation(case, direct_obs.instant)
             via_ctx = context(case, mode, request_id, duration_ms, accept_json)
-            key = cached.answer_key(via_obs, via_ctx)
+            key = cached.answer_key(via_obs, *via_ctx)
             assert key is not None
             kept = cached.answers.get(key) if cached.answers else None
-            via = await cached.response(via_obs, via_ctx)
+            via = await cached.response(via_obs, *via_ctx)
             assert parts(via) == parts(direct), case.name
-            assert recorded(via_ctx.record) == recorded(direct_ctx.record), case.name
-            matched = recorded(direct_ctx.record)[0] is not None
+            assert recorded(via_ctx) == recorded(direct_ctx), case.name
+            matched = recorded(direct_ctx)[0] is not None
             if key in seen and direct_obs.instant is None and matched:
                 assert kept is not None, f"{case.name}: the repeat was not a hit"
                 hits.append(case.name)
@@ -209,9 +213,9 @@ def test_a_header_the_rules_read_is_part_of_the_key(answering: Answering) -> Non
 
     async def both(case: FixtureCase) -> tuple[Any, Any]:
         direct = await uncached.response(
-            observation(case), context(case, Mode.ADDITIVE, "r", 1, False)
+            observation(case), *context(case, Mode.ADDITIVE, "r", 1, False)
         )
-        via = await cached.response(observation(case), context(case, Mode.ADDITIVE, "r", 1, False))
+        via = await cached.response(observation(case), *context(case, Mode.ADDITIVE, "r", 1, False))
         return parts(direct), parts(via)
 
     async def run_all() -> list[tuple[Any, Any]]:
@@ -243,10 +247,10 @@ def test_a_retry_delay_counted_down_to_an_instant_is_worked_out_per_request(
 
     async def both(n: int, instant: float) -> tuple[Any, Any, Any, Any]:
         direct_ctx = context(case, mode, f"r{n}", n, False)
-        direct = await uncached.response(observation(case, instant), direct_ctx)
+        direct = await uncached.response(observation(case, instant), *direct_ctx)
         via_ctx = context(case, mode, f"r{n}", n, False)
-        via = await cached.response(observation(case, instant), via_ctx)
-        return parts(direct), parts(via), recorded(direct_ctx.record), recorded(via_ctx.record)
+        via = await cached.response(observation(case, instant), *via_ctx)
+        return parts(direct), parts(via), recorded(direct_ctx), recorded(via_ctx)
 
     async def run_all() -> list[tuple[Any, Any, Any, Any]]:
         return [await both(n, instant) for n, instant in enumerate(instants)]
@@ -291,6 +295,6 @@ def test_a_verdict_made_with_a_regex_that_timed_out_is_never_kept(tmp_path: Path
         }
     )
     obs = observation(case)
-    rendering = asyncio.run(cached.response(obs, context(case, Mode.ADDITIVE, "r", 1, False)))
+    rendering = asyncio.run(cached.response(obs, *context(case, Mode.ADDITIVE, "r", 1, False)))
     assert obs.regex_gave_up and rendering is not None
     assert cached.answers is not None and len(cached.answers) == 0

@@ -27,7 +27,7 @@ import yaml
 from aiohttp import web
 
 from gateway.cli import main
-from gateway.exchange.state import CAPTURES
+from gateway.serve.generation import CAPTURES
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.agents import (
     EXPECTED,

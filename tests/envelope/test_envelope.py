@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.enrich.envelope import FailureFacts, additive, advisory_headers, render
+from gateway.enrich.envelope import FailureFacts, additive
+from gateway.exchange.answer import advisory_headers, render
 from gateway.failure import (
     NO_RECOVERY,
     Category,

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from gateway.classify.redact import BUILTIN, MASK, Redactor
 from gateway.config.models import RedactionSpec
-from gateway.enrich.envelope import FailureFacts, render
+from gateway.enrich.envelope import FailureFacts
+from gateway.exchange.answer import render
 from gateway.failure import NO_RECOVERY, Category, Failure, FieldError, Mode
 from gateway.text.json_text import Raw
 

@@ -412,15 +412,28 @@ def test_each_internal_name_still_has_what_the_gateway_calls(name: str) -> None:
 
 
 def _imported_from_aiohttp(tree: ast.AST) -> set[tuple[str, str]]:
-    return {
-        (node.module or "", alias.name)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiohttp.")
-        for alias in node.names
-    }
+    """`(module, name)` of every `from aiohttp… import name`; a submodule imported from the
+    package (`from aiohttp import helpers`) counts as that module."""
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = node.module or ""
+        for alias in node.names:
+            if module.startswith("aiohttp."):
+                found.add((module, alias.name))
+            elif module == "aiohttp" and alias.name not in aiohttp.__all__:
+                found.add((f"aiohttp.{alias.name}", "*"))
+    return found
 
 
 PUBLIC_MODULES = {"aiohttp.web", "aiohttp.hdrs"}
+
+
+def test_the_import_check_sees_a_submodule_imported_from_the_package() -> None:
+    """The hole `from aiohttp import helpers` then `helpers.NO_EXTENSIONS` once went through."""
+    tree = ast.parse("from aiohttp import helpers, web, ClientSession\n")
+    assert _imported_from_aiohttp(tree) == {("aiohttp.helpers", "*"), ("aiohttp.web", "*")}
 
 
 @pytest.mark.parametrize("path", OTHERS, ids=[str(p.relative_to(PACKAGE)) for p in OTHERS])

@@ -8,12 +8,13 @@ docstring for why the name is used, and adapt it there.
 from __future__ import annotations
 
 import ast
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from gateway.config.prefilter import required_words
-from gateway.fence.cpython_private import scanstring, sre_constants, sre_parse
+from gateway.fence.cpython_private import FlowControlMixin, scanstring, sre_constants, sre_parse
 from gateway.text.json_insert import scan_document
 from tests.support.paths import PACKAGE
 
@@ -50,9 +51,44 @@ SRE_MODULES = {"sre_parse", "sre_constants", "sre_compile"}
 SRE_MODULES = {"sre_parse", "sre_constants", "sre_compile"}
 
 
+DOCUMENTED = frozenset({"DEVNULL", "PIPE", "STDOUT", "Process"})
+"""Names asyncio documents only under their submodule (`asyncio.subprocess.PIPE`, …)."""
+
+
+def _asyncio_internals(tree: ast.AST) -> set[str]:
+    """Names of asyncio's submodules that are neither in `asyncio.__all__` nor documented,
+    used as `asyncio.streams.X` or imported `from asyncio.streams import X`."""
+    public = set(asyncio.__all__) | DOCUMENTED
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("asyncio."):
+            used |= {a.name for a in node.names if a.name not in public}
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "asyncio"
+            and node.attr not in public
+        ):
+            used.add(f"asyncio.{node.value.attr}.{node.attr}")
+    return used
+
+
+def test_the_check_sees_asyncio_internals_through_a_submodule() -> None:
+    """The hole `asyncio.streams.FlowControlMixin` once went through."""
+    tree = ast.parse("asyncio.streams.FlowControlMixin\nasyncio.streams.StreamWriter\n")
+    assert _asyncio_internals(tree) == {"asyncio.streams.FlowControlMixin"}
+
+
+def test_flow_control_mixin_gives_a_stream_writer_its_drain() -> None:
+    """What `mendpoint stdio` and the MCP child build their write pipes' writers on."""
+    assert issubclass(FlowControlMixin, asyncio.Protocol)
+    assert callable(getattr(FlowControlMixin, "_drain_helper", None))
+
+
 @pytest.mark.parametrize("path", OTHERS, ids=[str(p.relative_to(PACKAGE)) for p in OTHERS])
 def test_no_other_module_uses_cpython_internals(path: Path) -> None:
-    used = set()
+    used = _asyncio_internals(ast.parse(path.read_text()))
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module in {"re", "json.decoder", "json"}:
             used |= {a.name for a in node.names if a.name.startswith("_") or a.name == "scanstring"}

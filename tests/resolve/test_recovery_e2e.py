@@ -13,9 +13,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.exchange.state import STATE
 from gateway.resolve.server import build_resolver_app
 from gateway.resolve.service import RecoveryService
+from gateway.serve.generation import STATE
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.catalog import CATALOG
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
@@ -283,7 +283,7 @@ async def test_an_exception_while_enriching_sends_the_original_bytes(
     gateway = await start_gateway(config(upstream[1]))
     direct = await gateway.session.post(upstream[1] + "/v1/csv/normalize")
     expected = await direct.read()
-    classifier = gateway.server.runner.app[STATE].current.classifier
+    classifier = gateway.server.runner.app[STATE].current.exchange.classifier
 
     def explode(*args: object) -> None:
         raise RuntimeError("injected")

@@ -17,9 +17,9 @@ from examples.demo_api import build_app
 from gateway.classify import Classifier, Observation
 from gateway.cli import main
 from gateway.config.loader import load_config
-from gateway.exchange.state import CAPTURES
 from gateway.feedback.capture import SUFFIX, load_dir
 from gateway.offline.suggest import Sample, common_glob, drafts_from
+from gateway.serve.generation import CAPTURES
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
 
 # A burst of mixed traffic: successes and every kind of failure the demo API has, with

@@ -13,14 +13,14 @@ import aiohttp
 import pytest
 from multidict import CIMultiDictProxy
 
-from gateway.exchange.state import STATE
+from gateway.serve.generation import STATE
 from tests.support.gateway import RunningGateway
 
 ADVISORY = ("X-Error-Code", "X-Error-Retryable", "X-Error-Recoverable", "X-Recovery-Available")
 IGNORED = frozenset({"date", "via", "x-request-id", "server"})
 STEPS = {
     "classify": ("classifier", "classify"),
-    "render": ("gateway.exchange.answers", "render"),
+    "render": ("gateway.exchange.answer", "render"),
     "message-template": ("gateway.classify.engine", "build_failure"),
 }
 """Steps of classify → resolve → render that can raise: (owner, attribute) to replace."""
@@ -69,7 +69,7 @@ def inject_fault(
         raise RuntimeError("injected")
 
     if owner == "classifier":
-        target: object = gateway.server.runner.app[STATE].current.classifier
+        target: object = gateway.server.runner.app[STATE].current.exchange.classifier
         monkeypatch.setattr(target, attribute, explode)
     else:
         monkeypatch.setattr(f"{owner}.{attribute}", explode)

@@ -384,7 +384,7 @@ def test_no_aiohttp_setting_inflates_a_forwarded_body() -> None:
         if _inflates(node) and (path, function) not in MAY_INFLATE
     ]
     assert inflating == []
-    parsing = Path(PACKAGE / "proxy" / "upstream" / "exchange.py").read_text()
+    parsing = Path(PACKAGE / "exchange" / "upstream" / "round_trip.py").read_text()
     assert '"auto_decompress": False' in parsing  # the settings `set_response_params` gets
 
 

@@ -46,7 +46,7 @@ async def call_upstream(
     routes keep aiohttp's immediate 100). A 1xx as the final answer is an invalid response:
     Upgrade is hop-by-hop and a 101 would switch the client's connection to a protocol nobody
     negotiated; except that `upgrade` (the one protocol the gateway tunnels, "websocket")
-    asks the upstream for it, and then its 101 is the answer (`proxy.tunnel`).
+    asks the upstream for it, and then its 101 is the answer (`gateway.http.tunnel`).
     """
     request, route, record = ctx.request, ctx.route, ctx.record
     client = request.app[UPSTREAM]

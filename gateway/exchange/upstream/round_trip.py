@@ -152,7 +152,7 @@ class UpstreamResponse:
 
     def detach(self) -> ResponseHandler:
         """Take the connection out of the pool for good, open, after a 101 Switching Protocols:
-        it now carries a tunnel (`proxy.tunnel`), no longer HTTP, and no longer counts
+        it now carries a tunnel (`gateway.http.tunnel`), no longer HTTP, and no longer counts
         against `limits.max_upstream_connections`. Its per-read timeout is switched off; the
         tunnel has its own idle timeout."""
         conn, self._conn = self._conn, None

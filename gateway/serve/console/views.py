@@ -1,7 +1,7 @@
 """What each console page shows, built from the admin sources and the offline tools.
 
 No figure is computed here that the admin API or a CLI command does not compute already:
-the gaps are /gaps's ranking, their drafts `mendpoint suggest`'s (`retrofit.suggest`, over
+the gaps are /gaps's ranking, their drafts `mendpoint suggest`'s (`gateway.offline.suggest`, over
 the routes' capture files when a route has `capture:`, else over the signature alone, as
 `suggest --from HOST:PORT` does), the follow-up rows /followups's, and a tried sample goes
 through `explain` itself.

@@ -3,7 +3,7 @@
 The same 404, 429 or validation body arrives again and again; classifying, resolving and
 rendering it costs the same every time. `AnswerCache` keeps, per config (a reload builds a new
 one), what the enrichment step made of one failure, keyed on everything that answer depends on
-(`gateway.exchange.answers.HttpAnswers.answer_key`), in a least-recently-used map bounded by
+(`gateway.http.cached_answers.CachedAnswers.answer_key`), in a least-recently-used map bounded by
 entries and by
 bytes (`limits.answer_cache_entries`, `limits.answer_cache_bytes`).
 
@@ -27,7 +27,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from gateway.classify import Observation, Verdict
-from gateway.enrich.envelope import JSON_TYPE, Rendering, retry_after_value
+from gateway.exchange.answer import JSON_TYPE, Rendering, retry_after_value
 from gateway.failure import Recovery
 from gateway.text.body_text import body_text
 
