@@ -121,7 +121,7 @@ coverage:
 # The console's pictures in docs/img (docs/operations.md#console), taken by its browser tests
 # in headless Chromium against their gateways and traffic.
 console-screenshots: $(STAMP) system-packages
-	MENDPOINT_CONSOLE_SHOTS=docs/img $(BIN)/python -m pytest tests/console -q
+	MENDPOINT_CONSOLE_SHOTS=docs/img $(BIN)/python -m pytest tests/serve/console -q
 
 test-slow: $(STAMP) system-packages
 	$(BIN)/python -m pytest -m slow -q || [ $$? -eq 5 ]
@@ -131,7 +131,7 @@ test-slow: $(STAMP) system-packages
 test-uvloop: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages
 	$(BIN)/python -c 'import uvloop' 2>/dev/null || $(BIN)/pip install --quiet uvloop
 	MENDPOINT_TEST_LOOP=uvloop $(BIN)/python -m pytest -m "not slow" -q $(PYTEST_WORKERS) \
-		tests/proxy tests/transparency tests/mcp tests/operations tests/test_loop.py
+		tests/exchange tests/http tests/transparency tests/mcp tests/serve tests/test_loop.py
 
 # Not part of CI: minutes of mixed traffic through a gateway process (tests/soak/soak.py).
 SOAK_SECONDS ?= 300

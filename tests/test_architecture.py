@@ -294,7 +294,36 @@ def test_every_package_is_a_band() -> None:
     assert bands <= LAYERS.keys(), sorted(bands - LAYERS.keys())
 
 
-TEST_MODULES = sorted((PACKAGE.parent / "tests").rglob("test_*.py"))
+TESTS = PACKAGE.parent / "tests"
+SYSTEM_SUITES = {
+    "transparency": "the same as going direct: differentials through real clients",
+    "fleet": "replicas sharing a real Redis",
+    "mappings": "the shipped packs against the real frameworks they encode",
+    "first_action": "the first-action corpus and its held-out sets",
+    "corpus": "the corpus's configs",
+    "examples": "the demo API and `make run`",
+    "deploy": "the container image, the manifests, the compose file",
+    "docs": "the docs site and what it promises",
+    "bench": "the benchmark harness",
+    "soak": "minutes of mixed traffic (`make soak`)",
+    "frameworks": "the framework apps the tests run",
+    "mcp_servers": "the MCP servers the tests run",
+    "support": "shared helpers",
+    "setup": "what the test set-up installs",
+}
+"""Test folders that are not a band of the package: what each holds."""
+
+
+def test_the_test_tree_follows_the_package() -> None:
+    """A folder per band of gateway/ (its tests), and the system-level suites apart."""
+    bands = {p.name for p in PACKAGE.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert bands - folders == set(), "give each band a tests/ folder of its name"
+    strays = folders - bands - SYSTEM_SUITES.keys()
+    assert strays == set(), "a test folder is a band's, or a system suite named in SYSTEM_SUITES"
+
+
+TEST_MODULES = sorted(TESTS.rglob("test_*.py"))
 
 
 @pytest.mark.parametrize("path", TEST_MODULES, ids=[p.stem for p in TEST_MODULES])

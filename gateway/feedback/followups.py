@@ -10,7 +10,7 @@ Only digests are kept: `key` (caller, route, method, target) and `identity` (the
 body bytes and the credential headers), never bodies, targets or credentials. The book is
 bounded twice, by `max_tracked` entries and by `max_bytes` of memory, each entry counted at
 what it really holds (`entry_bytes`, measured with tracemalloc by
-tests/followups/test_followup_memory.py); the least recent is evicted and counted.
+tests/feedback/test_followup_memory.py); the least recent is evicted and counted.
 
 The request path asks `watching(route)` first: one dictionary lookup while no failure is open
 on the route, which is all the success path pays; while one is, `may_follow` (a counting filter
@@ -54,7 +54,7 @@ ENTRY_BYTES = 584
 among them), and its share of the book's ordered dict. Measured with tracemalloc over books of
 500 to 90,000 entries, opened here or replicated from a sibling worker, alone or as the second
 failure of a chain: from 466 to 547 bytes, plus a margin for the dict's growth steps
-(tests/followups/test_followup_memory.py; docs/operations.md#follow-ups)."""
+(tests/feedback/test_followup_memory.py; docs/operations.md#follow-ups)."""
 
 
 def entry_bytes(entry: OpenFailure) -> int:

@@ -2,7 +2,7 @@
 
 aiohttp may rename or rework anything that starts with an underscore in any release. So the
 gateway touches such names here and nowhere else, pins aiohttp to the minor series its suite
-passed on (pyproject.toml), and tests/proxy/test_aiohttp_private.py checks each name below
+passed on (pyproject.toml), and tests/fence/test_aiohttp_private.py checks each name below
 against the installed aiohttp: an upgrade that removes or changes one fails a test that names
 it, instead of silently changing what the proxy does.
 

@@ -2,7 +2,7 @@
 
 CPython may change a module that is not part of its documented API in any release (Python
 3.11 moved `sre_parse` to `re._parser` and deprecated the old name). So the gateway touches
-such names here and nowhere else, and tests/proxy/test_cpython_private.py checks each one
+such names here and nowhere else, and tests/fence/test_cpython_private.py checks each one
 against the running interpreter: an upgrade that changes one fails a test that names it,
 instead of silently changing what the gateway does.
 

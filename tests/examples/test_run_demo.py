@@ -37,7 +37,7 @@ def test_the_default_admin_port_is_not_a_monitoring_port() -> None:
     assert GatewayConfig.model_fields["admin"].default == DEFAULT_ADMIN
     port = int(DEFAULT_ADMIN.rpartition(":")[2])
     assert port not in TAKEN
-    # The docs say the same (deploy/ is checked in tests/operations/test_deploy.py).
+    # The docs say the same (deploy/ is checked in tests/deploy/test_deploy.py).
     assert f"`{DEFAULT_ADMIN}`" in (DOCS / "configuration.md").read_text()
     assert f"`{DEFAULT_ADMIN}`" in (DOCS / "operations.md").read_text()
 

@@ -1,6 +1,6 @@
 """Small successes answered in one write and streamed ones, direct and through the gateway
 with curl: equal but for INTENDED, whichever side of the relay's shortcut an answer takes
-(tests/proxy/test_small_bodies.py checks which side each shape takes)."""
+(tests/exchange/test_small_bodies.py checks which side each shape takes)."""
 
 from __future__ import annotations
 

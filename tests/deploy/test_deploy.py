@@ -521,7 +521,7 @@ def test_the_store_keeps_nothing_on_disk_and_answers_only_with_its_password(
 
 
 # What a process needs past drain + grace to close what is left and exit (a supervisor's
-# workers included): the drain itself ends within drain + grace (tests/operations/test_drain.py).
+# workers included): the drain itself ends within drain + grace (tests/serve/test_drain.py).
 EXIT_MARGIN_S = 5
 # Kubernetes kills a Pod this long after it starts terminating, unless the Pod says otherwise.
 DEFAULT_TERMINATION_S = 30

@@ -305,7 +305,8 @@ async def test_workers_share_the_port_and_metrics_add_up(
 async def test_follow_ups_are_matched_whichever_worker_receives_them(
     start_upstream: StartUpstream, start_workers: Callable[..., Awaitable[Gateway]]
 ) -> None:
-    """The scripted agents of tests/followups through two workers: the same exact counts."""
+    """The scripted agents of tests/feedback/test_followups.py through two workers: the same
+    exact counts."""
     seen: list[int] = []
     pids: list[int] = []
 

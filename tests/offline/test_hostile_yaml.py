@@ -261,7 +261,7 @@ async def test_a_client_path_adds_nothing_to_the_drafts(
     hostile request is captured decoded, and `suggest` (from the captures and from `/gaps`)
     writes drafts that load as exactly the rules meant, and that `check` accepts. (Whether
     each draft wins its own samples, which `mendpoint test` checks, is the drafting's
-    business, not the writer's: tests/retrofit/test_suggest.py.)"""
+    business, not the writer's: tests/offline/test_suggest.py.)"""
     upstream = await start_upstream(echo_app())
     captures = tmp_path / "captures"
     admin = f"127.0.0.1:{free_port()}"

@@ -226,7 +226,7 @@ async def test_binary_body_is_byte_identical(
 
 TARGETS = {
     # Dot segments are resolved, and refused where they hide behind %2F: see
-    # tests/proxy/test_path_routes.py (docs/transparency.md#paths).
+    # tests/exchange/test_path_routes.py (docs/transparency.md#paths).
     "encoded-slash-in-a-segment": "/group%2Fproject/a%20b?x=%20y&p=..%2F..",
     "double-slash-authority-lookalike": "//evil.example/a",
     "odd-query": "/q?a=1&a=2&b=%zz&c=%2B+&=&",
