@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gateway.classify import ObservationKind
 from gateway.enrich.envelope import TEXT_TYPE, Rendering
 from gateway.failure import Mode, TransportKind
 from gateway.header_names import REQUEST_ID
@@ -58,6 +59,7 @@ async def answer_upstream_failure(
     if lost:
         ctx.fell_back(FallbackReason.BODY_TOO_LARGE)
     obs = ctx.observation(
+        ObservationKind.STATUS,
         status=upstream.status,
         headers=upstream.headers,
         body=matched,
@@ -82,7 +84,7 @@ async def answer_transport_failure(ctx: RequestContext, kind: TransportKind) -> 
         ctx.route.spec.name,
         ctx.request_id,
     )
-    obs = ctx.observation(transport=kind)
+    obs = ctx.observation(ObservationKind.TRANSPORT, transport=kind)
     rendering = await ctx.state.answers.response(obs, ctx.answer_context())
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: ctx.request_id})
     status, body = synthesised(kind, headers, rendering)

@@ -26,7 +26,7 @@ from http import HTTPStatus
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.classify import Observation
+from gateway.classify import Observation, ObservationKind
 from gateway.enrich.envelope import TEXT_TYPE, Rendering
 from gateway.enrich.step import FailureContext
 from gateway.failure import Mode, Refusal
@@ -59,7 +59,7 @@ PLAIN = {
 
 async def refuse(ctx: RequestContext, refusal: Refusal) -> web.Response:
     """A request on a route that the gateway answers itself, in the route's mode."""
-    obs = ctx.observation(refusal=refusal)
+    obs = ctx.observation(ObservationKind.REFUSAL, refusal=refusal)
     rendering = await ctx.state.answers.response(obs, ctx.answer_context())
     return own_answer(refusal, ctx.request_id, rendering, PLAIN[refusal])
 
@@ -75,7 +75,13 @@ async def refuse_unrouted(
     request asks for."""
     mode = asked_mode(state.config.default_mode, request.headers.get(ERROR_FORMAT))
     ctx = unrouted_context(mode, record.request_id, record.started, record)
-    obs = Observation(route=NO_ROUTE, method=request.method, path=request.path, refusal=refusal)
+    obs = Observation(
+        route=NO_ROUTE,
+        method=request.method,
+        path=request.path,
+        kind=ObservationKind.REFUSAL,
+        refusal=refusal,
+    )
     rendering = await state.answers.response(obs, ctx)
     return own_answer(refusal, record.request_id, rendering, PLAIN[refusal])
 
@@ -99,7 +105,9 @@ def refused_head(state: GatewayState, refusal: Refusal, text: str) -> web.Respon
     `text` is that plain answer's, which `headers` mode keeps."""
     request_id = fresh_request_id()
     ctx = unrouted_context(state.config.default_mode, request_id, time.monotonic())
-    obs = Observation(route=NO_ROUTE, method="", path="", refusal=refusal)
+    obs = Observation(
+        route=NO_ROUTE, method="", path="", kind=ObservationKind.REFUSAL, refusal=refusal
+    )
     rendering = state.answers.refused_now(obs, ctx)
     if rendering is None:
         return None

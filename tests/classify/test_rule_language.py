@@ -12,7 +12,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.classify.fields import MAX_FIELDS
 from gateway.config.errors import ConfigError
 from gateway.config.jsonpath import MAX_VISITS, Wild, parse_json_path
@@ -85,7 +85,15 @@ def rule(match: dict[str, Any], rule_id: str = "r", **error: Any) -> dict[str, A
 
 def observe(body: Any, status: int = 400, **kw: Any) -> Observation:
     raw = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
-    return Observation(route="api", method="POST", path="/x", status=status, body=raw, **kw)
+    return Observation(
+        route="api",
+        method="POST",
+        path="/x",
+        kind=ObservationKind.STATUS,
+        status=status,
+        body=raw,
+        **kw,
+    )
 
 
 def classify(loaded: LoadedConfig, body: Any, status: int = 400) -> Any:
