@@ -1,12 +1,13 @@
 """The classifier: finds the first matching rule and turns it into a `Failure`.
 
-Rules are indexed by the kind of failure they are tried on, then by upstream status or
-transport fault, and within a status by the literal first segment of their path glob, so
-classifying one error scans only the rules that could apply to it, in their declared order:
-the cost does not grow with rules written for other statuses or other APIs (`/billing/**`
-rules are never tried on `/v1/...`). An observation's kind picks its index in one dict lookup
-(`candidates`); rules that share the status and first segment are still tried one by one.
-The success path asks `has_rules_for(status)`, a dict lookup, and never touches the rules.
+Rules are indexed by the kind of failure they are tried on (`CompiledRule.tried_on`), then by
+upstream status or transport fault, and within a status by the literal first segment of their
+path glob, so classifying one error scans only the rules that could apply to it, in their
+declared order: the cost does not grow with rules written for other statuses or other APIs
+(`/billing/**` rules are never tried on `/v1/...`). An observation's kind picks its index in
+one dict lookup (`candidates`); rules that share the status and first segment are still tried
+one by one. The success path asks `has_rules_for(status)`, a dict lookup, and never touches
+the rules.
 """
 
 from __future__ import annotations
@@ -54,19 +55,16 @@ class Classifier:
         self.regex_timeout_s = loaded.config.limits.regex_timeout_ms / 1000
         self.budget_s = loaded.config.enrich_budget_ms / 1000
         self._by_status = _index_statuses(self.rules)
-        mcp = tuple(r for r in self.rules if r.is_mcp and not r.reads_successes)
-        # A tool error carries no JSON-RPC code: rules that need one are never tried on it.
-        mcp_tool = tuple(r for r in mcp if r.jsonrpc_code is None)
         # Results reported as successes meet only the rules written for them (opt-in).
-        self._mcp_success = tuple(r for r in self.rules if r.reads_successes)
+        self._mcp_success = self._tried_on(ObservationKind.REPORTED_SUCCESS)
         self._indexes: dict[ObservationKind, _Index] = {
             ObservationKind.STATUS: _ByStatus(self._by_status),
             ObservationKind.TRANSPORT: _ByTransport(_index_transports(self.rules)),
             ObservationKind.REFUSAL: _Refusals(
                 refusal_rules(config.limits), route_connection_rules(config.routes, config.limits)
             ),
-            ObservationKind.JSONRPC_ERROR: _Fixed(mcp),
-            ObservationKind.TOOL_ERROR: _Fixed(mcp_tool),
+            ObservationKind.JSONRPC_ERROR: _Fixed(self._tried_on(ObservationKind.JSONRPC_ERROR)),
+            ObservationKind.TOOL_ERROR: _Fixed(self._tried_on(ObservationKind.TOOL_ERROR)),
             ObservationKind.REPORTED_SUCCESS: _Fixed(self._mcp_success),
         }
         self.headers_read = tuple(
@@ -88,6 +86,9 @@ class Classifier:
     def candidates(self, obs: Observation) -> tuple[CompiledRule, ...]:
         """The rules that may match `obs`, in declared order: its kind's index, asked once."""
         return self._indexes[obs.kind].select(obs)
+
+    def _tried_on(self, kind: ObservationKind) -> tuple[CompiledRule, ...]:
+        return tuple(r for r in self.rules if kind in r.tried_on)
 
     def classify(self, obs: Observation, deadline: float | None = None) -> Verdict | None:
         """The first matching rule's failure, or None when no rule matches.
@@ -197,7 +198,7 @@ class PathIndex:
 def _index_statuses(rules: tuple[CompiledRule, ...]) -> dict[int, PathIndex]:
     buckets: dict[int, list[CompiledRule]] = defaultdict(list)
     for rule in rules:
-        if rule.transports is not None or rule.is_mcp:
+        if ObservationKind.STATUS not in rule.tried_on:
             continue
         ranges = rule.statuses or ((FIRST_FAILURE_STATUS, 599),)
         for low, high in ranges:
