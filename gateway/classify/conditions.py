@@ -37,7 +37,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
 from gateway.classify.observation import Observation, ObservationKind
-from gateway.classify.timed_search import Captures, named, timed_search
+from gateway.classify.timed_search import Captures, may_name_groups, named, timed_search
 from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.patterns import Pattern, compile_glob, compile_regex
 from gateway.config.rule_model import MatchSpec
@@ -203,24 +203,32 @@ class MissingRequired(Condition):
 
 @dataclass(frozen=True, slots=True)
 class HeaderValue(Condition):
-    """One entry of `headers:`: the header is present and its value matches."""
+    """One entry of `headers:`: the header is present and its value matches; its regex's
+    named groups are captures."""
 
     key: ClassVar[str] = "headers"
     name: str
     pattern: Pattern
     rule_id: str
+    names_groups: bool
+    """The pattern may name groups: a match is read for captures only then (most header
+    tests are a bare word or flags and alternatives)."""
 
     @classmethod
     def build(cls, match: MatchSpec, rule_id: str) -> tuple[Self, ...]:
-        headers = match.headers or {}
-        return tuple(cls(name, compile_regex(p), rule_id) for name, p in headers.items())
+        return tuple(
+            cls(name, compile_regex(p), rule_id, may_name_groups(p))
+            for name, p in (match.headers or {}).items()
+        )
 
     def test(self, obs: Observation, timeout: float, deadline: float) -> Mapping[str, str] | None:
         value = obs.headers.get(self.name)
         if value is None:
             return None
         found = timed_search(self.pattern, value, timeout, self.rule_id, deadline, obs)
-        return None if found is None else NO_CAPTURES
+        if found is None:
+            return None
+        return named(found) if self.names_groups else NO_CAPTURES
 
     def reason(self, obs: Observation) -> str:
         return f"header {self.name} is absent or does not match"

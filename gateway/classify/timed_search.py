@@ -9,6 +9,7 @@ simply does not match.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -18,6 +19,10 @@ from gateway.config.patterns import LiteralPattern, Pattern, PrefilteredPattern
 log = logging.getLogger("mendpoint.classify")
 
 Captures = dict[str, str]
+
+_NAMED_GROUP = re.compile(r"\(\?P?<(?![=!])")
+"""How the `regex` module opens a named group: `(?P<name>` or `(?<name>` (`(?<=` and `(?<!`
+are lookbehinds)."""
 
 
 class ClassifyTimeout(TimeoutError):
@@ -62,4 +67,10 @@ def named(found: Any) -> Captures:
     return {k: v for k, v in found.groupdict().items() if v is not None}
 
 
-__all__ = ["Captures", "ClassifyTimeout", "named", "timed_search"]
+def may_name_groups(pattern: str) -> bool:
+    """False when `pattern` surely names no group, read from its text (compiling it would
+    cost the start-up `compile_regex` defers): its matches need not be read for captures."""
+    return _NAMED_GROUP.search(pattern) is not None
+
+
+__all__ = ["Captures", "ClassifyTimeout", "may_name_groups", "named", "timed_search"]
