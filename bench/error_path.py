@@ -22,7 +22,7 @@ from pathlib import Path
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from bench import fixtures
-from gateway.classify import Observation
+from gateway.classify import Observation, ObservationKind
 from gateway.config.loader import load_config
 from gateway.enrich.step import Enricher, FailureContext
 from gateway.exchange.answer import Answers, RouteAnswers
@@ -68,6 +68,7 @@ async def one(step: CachedAnswers, n: int) -> None:
         route="api",
         method="GET",
         path=fixtures.ERROR_PATH,
+        kind=ObservationKind.STATUS,
         status=fixtures.ERROR_STATUS,
         headers=HEADERS,
         body=fixtures.ERROR_BODY.encode(),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fixtures
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.config.loaded import SourcedRule
 from gateway.config.loader import load_config
 from gateway.config.rule_model import RuleSpec
@@ -89,6 +89,7 @@ def observation(body: str = fixtures.ERROR_BODY) -> Observation:
         route="api",
         method="POST",
         path=fixtures.ERROR_PATH,
+        kind=ObservationKind.STATUS,
         status=fixtures.ERROR_STATUS,
         headers={"content-type": "application/json"},
         body=body.encode(),

@@ -1,11 +1,13 @@
 """The classifier: finds the first matching rule and turns it into a `Failure`.
 
-Rules are indexed by upstream status and by transport fault, and within a status by the
-literal first segment of their path glob, so classifying one error scans only the rules that
-could apply to it, in their declared order: the cost does not grow with rules written for
-other statuses or other APIs (`/billing/**` rules are never tried on `/v1/...`). Rules that
-share the status and first segment are still tried one by one. The success path asks
-`has_rules_for(status)`, a dict lookup, and never touches the rules.
+Rules are indexed by the kind of failure they are tried on (`CompiledRule.tried_on`), then by
+upstream status or transport fault, and within a status by the literal first segment of their
+path glob, so classifying one error scans only the rules that could apply to it, in their
+declared order: the cost does not grow with rules written for other statuses or other APIs
+(`/billing/**` rules are never tried on `/v1/...`). An observation's kind picks its index in
+one dict lookup (`candidates`); rules that share the status and first segment are still tried
+one by one. The success path asks `has_rules_for(status)`, a dict lookup, and never touches
+the rules.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from gateway.classify.observation import Observation
+from gateway.classify.observation import Observation, ObservationKind
 from gateway.classify.own_failures import refusal_rules, route_connection_rules
 from gateway.classify.rules import CompiledRule, compile_rule
 from gateway.classify.templates import build_failure
@@ -52,14 +55,18 @@ class Classifier:
         self.regex_timeout_s = loaded.config.limits.regex_timeout_ms / 1000
         self.budget_s = loaded.config.enrich_budget_ms / 1000
         self._by_status = _index_statuses(self.rules)
-        self._by_transport = _index_transports(self.rules)
-        self._mcp = tuple(r for r in self.rules if r.is_mcp and not r.reads_successes)
-        # A tool error carries no JSON-RPC code: rules that need one are never tried on it.
-        self._mcp_tool = tuple(r for r in self._mcp if r.jsonrpc_code is None)
         # Results reported as successes meet only the rules written for them (opt-in).
-        self._mcp_success = tuple(r for r in self.rules if r.reads_successes)
-        self._refusals = refusal_rules(config.limits)
-        self._route_refusals = route_connection_rules(config.routes, config.limits)
+        self._mcp_success = self._tried_on(ObservationKind.REPORTED_SUCCESS)
+        self._indexes: dict[ObservationKind, _Index] = {
+            ObservationKind.STATUS: _ByStatus(self._by_status),
+            ObservationKind.TRANSPORT: _ByTransport(_index_transports(self.rules)),
+            ObservationKind.REFUSAL: _Refusals(
+                refusal_rules(config.limits), route_connection_rules(config.routes, config.limits)
+            ),
+            ObservationKind.JSONRPC_ERROR: _Fixed(self._tried_on(ObservationKind.JSONRPC_ERROR)),
+            ObservationKind.TOOL_ERROR: _Fixed(self._tried_on(ObservationKind.TOOL_ERROR)),
+            ObservationKind.REPORTED_SUCCESS: _Fixed(self._mcp_success),
+        }
         self.headers_read = tuple(
             sorted({RETRY_AFTER, *(n for r in self.rules for n in r.headers_read)})
         )
@@ -77,22 +84,11 @@ class Classifier:
         return status in self._by_status
 
     def candidates(self, obs: Observation) -> tuple[CompiledRule, ...]:
-        if obs.refusal is not None:  # the gateway's own answer: its built-in rule
-            if obs.refusal is Refusal.ROUTE_CONNECTIONS and obs.route in self._route_refusals:
-                return (self._route_refusals[obs.route],)
-            return (self._refusals[obs.refusal],)
-        if obs.transport is not None:
-            return self._by_transport.get(obs.transport, ())
-        if obs.reported_success:
-            return self._mcp_success
-        if obs.jsonrpc_code is not None:
-            return self._mcp
-        if obs.tool is not None:
-            return self._mcp_tool
-        if obs.status is not None:
-            index = self._by_status.get(obs.status)
-            return () if index is None else index.for_path(obs.path)
-        return ()
+        """The rules that may match `obs`, in declared order: its kind's index, asked once."""
+        return self._indexes[obs.kind].select(obs)
+
+    def _tried_on(self, kind: ObservationKind) -> tuple[CompiledRule, ...]:
+        return tuple(r for r in self.rules if kind in r.tried_on)
 
     def classify(self, obs: Observation, deadline: float | None = None) -> Verdict | None:
         """The first matching rule's failure, or None when no rule matches.
@@ -110,6 +106,65 @@ class Classifier:
                 failure = build_failure(rule, obs, captures, self.commands, self.message_paths)
                 return Verdict(failure, rule, captures)
         return None
+
+
+class _Index(Protocol):
+    """The rules tried on one kind of observation."""
+
+    def select(self, obs: Observation) -> tuple[CompiledRule, ...]: ...
+
+
+class _Fixed:
+    """MCP failures: the same rules whatever the observation (their conditions decide)."""
+
+    __slots__ = ("rules",)
+
+    def __init__(self, rules: tuple[CompiledRule, ...]) -> None:
+        self.rules = rules
+
+    def select(self, obs: Observation) -> tuple[CompiledRule, ...]:
+        return self.rules
+
+
+class _ByStatus:
+    __slots__ = ("by_status",)
+
+    def __init__(self, by_status: dict[int, PathIndex]) -> None:
+        self.by_status = by_status
+
+    def select(self, obs: Observation) -> tuple[CompiledRule, ...]:
+        index = None if obs.status is None else self.by_status.get(obs.status)
+        return () if index is None else index.for_path(obs.path)
+
+
+class _ByTransport:
+    __slots__ = ("by_kind",)
+
+    def __init__(self, by_kind: dict[TransportKind, tuple[CompiledRule, ...]]) -> None:
+        self.by_kind = by_kind
+
+    def select(self, obs: Observation) -> tuple[CompiledRule, ...]:
+        return () if obs.transport is None else self.by_kind.get(obs.transport, ())
+
+
+class _Refusals:
+    """The gateway's own answers: each refusal's built-in rule, a route's own for its
+    connection cap (`own_failures.py`)."""
+
+    __slots__ = ("by_refusal", "by_route")
+
+    def __init__(
+        self, by_refusal: dict[Refusal, CompiledRule], by_route: dict[str, CompiledRule]
+    ) -> None:
+        self.by_refusal = {refusal: (rule,) for refusal, rule in by_refusal.items()}
+        self.by_route = {route: (rule,) for route, rule in by_route.items()}
+
+    def select(self, obs: Observation) -> tuple[CompiledRule, ...]:
+        if obs.refusal is None:
+            return ()
+        if obs.refusal is Refusal.ROUTE_CONNECTIONS and obs.route in self.by_route:
+            return self.by_route[obs.route]
+        return self.by_refusal[obs.refusal]
 
 
 class PathIndex:
@@ -143,7 +198,7 @@ class PathIndex:
 def _index_statuses(rules: tuple[CompiledRule, ...]) -> dict[int, PathIndex]:
     buckets: dict[int, list[CompiledRule]] = defaultdict(list)
     for rule in rules:
-        if rule.transports is not None or rule.is_mcp:
+        if ObservationKind.STATUS not in rule.tried_on:
             continue
         ranges = rule.statuses or ((FIRST_FAILURE_STATUS, 599),)
         for low, high in ranges:

@@ -2,6 +2,8 @@
 
 The proxy builds an `Observation` only on the error path. Decoding the body as text and
 parsing it as JSON happen lazily and are cached, so a thousand body rules cost one decode.
+Each observation says what failed (`ObservationKind`), set where it is built: the classifier
+dispatches on that once to the rules written for such failures (`engine.py`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from gateway.classify.sdk_wrappers import inner_message
@@ -26,6 +29,31 @@ def carries_idempotency_key(headers: Mapping[str, str]) -> bool:
     return bool(headers.get(IDEMPOTENCY_KEY, "").strip())
 
 
+class ObservationKind(StrEnum):
+    """What failed, which decides the rules tried on it (the classifier's one dispatch).
+
+    The fields an observation carries follow from its kind: `status` (and the response's
+    headers and body) for STATUS, `transport` for TRANSPORT, `refusal` for REFUSAL, the error
+    object as the body and its `jsonrpc_code` for JSONRPC_ERROR, the text items as the body for
+    TOOL_ERROR and REPORTED_SUCCESS. A StrEnum: its members hash as strings (a dict lookup on
+    a plain Enum calls Python code).
+    """
+
+    STATUS = "status"
+    """The upstream answered with an HTTP status a rule may read (an error, or one named)."""
+    TRANSPORT = "transport"
+    """No answer: the exchange with the upstream failed (`TransportKind`)."""
+    REFUSAL = "refusal"
+    """The gateway answers the request itself (no route, a limit): no upstream was asked."""
+    JSONRPC_ERROR = "jsonrpc_error"
+    """An MCP server answered with a JSON-RPC error carrying an integer code."""
+    TOOL_ERROR = "tool_error"
+    """An MCP tool call's result with `isError: true` (or an error with no integer code)."""
+    REPORTED_SUCCESS = "reported_success"
+    """An MCP result the server reported as a success (`isError: false`), read only by the
+    rules that opt in (`match.mcp.is_error: false`)."""
+
+
 @dataclass(slots=True)
 class Observation:
     """A failed exchange as the rules see it; `body` is None when it was not read (too big)."""
@@ -33,6 +61,7 @@ class Observation:
     route: str
     method: str
     path: str
+    kind: ObservationKind
     status: int | None = None
     transport: TransportKind | None = None
     refusal: Refusal | None = None
@@ -45,9 +74,6 @@ class Observation:
     """The caller sent an `Idempotency-Key`: it declared that repeating the request is safe."""
     tool: str | None = None
     jsonrpc_code: int | None = None
-    reported_success: bool = False
-    """An MCP result the server reported as a success (`isError: false`), read only by the
-    rules that opt in (`match.mcp.is_error: false`)."""
     missing_arguments: tuple[str, ...] = ()
     """A failed MCP tool call's arguments that its tool's inputSchema (in the server's
     tools/list) requires and the call left out (`match.mcp.missing_required`)."""

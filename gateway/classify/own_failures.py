@@ -11,6 +11,7 @@ upstream status, so no user rule is shadowed by them.
 
 from __future__ import annotations
 
+from gateway.classify.observation import ObservationKind
 from gateway.classify.rules import CompiledRule
 from gateway.config.models import LimitsSpec
 from gateway.config.route_model import RouteSpec
@@ -226,16 +227,8 @@ def _rule(refusal: Refusal, order: int, error: ErrorSpec) -> CompiledRule:
         is_default=False,
         origin=ORIGIN,
         error=error,
+        tried_on=frozenset({ObservationKind.REFUSAL}),
         statuses=None,
         transports=None,
-        is_mcp=False,
-        routes=None,
-        methods=None,
-        path=None,
         path_segment=None,
-        headers=(),
-        json=(),
-        body=None,
-        tool=None,
-        jsonrpc_code=None,
     )

@@ -1,34 +1,20 @@
 """Why a rule did not match a sample: for `explain` and the console's "Try a rule" page.
 
-Each condition of a rule is tested alone, by the rule's own `matches` on a copy of the rule
-that keeps that one condition and drops the others, so the reason given is the matcher's own
-answer and never a second reading of the rules (docs/rules.md#debugging-a-rule-explain).
-Offline only: it tries every condition of every candidate, which the data path never does.
+Each condition of a rule (`conditions.py`) is tested alone, by the very test the rule's
+`matches` runs, and the ones that fail give their own reasons, so the reason given is the
+matcher's own answer and never a second reading of the rules
+(docs/rules.md#debugging-a-rule-explain). Offline only: it tries every condition of every
+candidate, which the data path never does.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from gateway.classify.engine import Classifier
 from gateway.classify.observation import Observation
 from gateway.classify.rules import CompiledRule
-
-# Each condition and what a copy of the rule holds instead, to leave it out.
-_ABSENT: dict[str, Any] = {
-    "routes": None,
-    "methods": None,
-    "path": None,
-    "tool": None,
-    "jsonrpc_code": None,
-    "idempotent": None,
-    "missing_required": None,
-    "headers": (),
-    "json": (),
-    "body": None,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,38 +47,9 @@ def passed_over(
 
 
 def _failing(rule: CompiledRule, obs: Observation, timeout: float) -> tuple[str, ...]:
-    reasons = []
-    bare = replace(rule, **_ABSENT)
-    for name in _ABSENT:
-        if getattr(rule, name) == _ABSENT[name]:
-            continue
-        if name == "headers":
-            for header in rule.headers:
-                if replace(bare, headers=(header,)).matches(obs, timeout, math.inf) is None:
-                    reasons.append(f"header {header[0]} is absent or does not match")
-            continue
-        if name == "json":
-            for condition in rule.json:
-                if replace(bare, json=(condition,)).matches(obs, timeout, math.inf) is None:
-                    reasons.append(f"json {condition.path.text}: no value there matches")
-            continue
-        if replace(bare, **{name: getattr(rule, name)}).matches(obs, timeout, math.inf) is None:
-            reasons.append(_reason(name, rule, obs))
-    return tuple(reasons) or ("matched, but an earlier rule did",)
-
-
-def _reason(name: str, rule: CompiledRule, obs: Observation) -> str:
-    if name == "routes":
-        return f"route {obs.route} is not one of {', '.join(sorted(rule.routes or ()))}"
-    if name == "methods":
-        return f"method {obs.method} is not one of {', '.join(sorted(rule.methods or ()))}"
-    if name == "path":
-        return f"path {obs.path} does not match its glob"
-    if name == "idempotent":
-        return f"the request is {'' if obs.replay_safe else 'not '}safe to replay"
-    if name == "missing_required":
-        left_out = "left out" if obs.missing_arguments else "did not leave out"
-        return f"the call {left_out} a required argument"
-    if name == "body":
-        return "the body does not match its pattern"
-    return f"{name} does not match"
+    reasons = tuple(
+        condition.reason(obs)
+        for condition in rule.conditions
+        if condition.test(obs, timeout, math.inf) is None
+    )
+    return reasons or ("matched, but an earlier rule did",)

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.classify import Observation
+from gateway.classify import Observation, ObservationKind
 from gateway.classify.observation import carries_idempotency_key
 from gateway.config.trust import from_sibling
 from gateway.enrich.step import FailureContext
@@ -157,12 +157,13 @@ class RequestContext:
     def fell_back(self, reason: FallbackReason) -> None:
         self.state.enricher.fell_back(self.route.spec.name, self.record, reason)
 
-    def observation(self, **fields: object) -> Observation:
+    def observation(self, kind: ObservationKind, **fields: object) -> Observation:
         method = self.request.method
         return Observation(
             route=self.route.spec.name,
             method=method,
             path=self.request.path,
+            kind=kind,
             idempotent=method in self.route.idempotent,
             idempotency_key=carries_idempotency_key(self.request.headers),
             **fields,  # type: ignore[arg-type]

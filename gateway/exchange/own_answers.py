@@ -29,7 +29,7 @@ from http import HTTPStatus
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.classify import Observation
+from gateway.classify import Observation, ObservationKind
 from gateway.enrich.step import FailureContext
 from gateway.exchange.answer import Rendering, refused, synthesised
 from gateway.exchange.context import RequestContext, fresh_request_id
@@ -63,7 +63,7 @@ PLAIN = {
 
 async def refuse(ctx: RequestContext, refusal: Refusal) -> web.Response:
     """A request on a route that the gateway answers itself, in the route's mode."""
-    obs = ctx.observation(refusal=refusal)
+    obs = ctx.observation(ObservationKind.REFUSAL, refusal=refusal)
     rendering = await ctx.state.answers.response(obs, ctx.failure_context(), ctx.route_answers)
     return _refused(refusal, ctx.request_id, rendering, PLAIN[refusal])
 
@@ -76,7 +76,7 @@ async def answer_transport_failure(ctx: RequestContext, kind: TransportKind) -> 
         ctx.route.spec.name,
         ctx.request_id,
     )
-    obs = ctx.observation(transport=kind)
+    obs = ctx.observation(ObservationKind.TRANSPORT, transport=kind)
     rendering = await ctx.state.answers.response(obs, ctx.failure_context(), ctx.route_answers)
     headers: CIMultiDict[str] = CIMultiDict({REQUEST_ID: ctx.request_id})
     status, body = synthesised(kind, headers, rendering)
@@ -94,7 +94,13 @@ async def refuse_unrouted(
     request asks for."""
     mode = asked_mode(state.config.default_mode, request.headers.get(ERROR_FORMAT))
     ctx = unrouted_context(mode, record.request_id, record.started, record)
-    obs = Observation(route=NO_ROUTE, method=request.method, path=request.path, refusal=refusal)
+    obs = Observation(
+        route=NO_ROUTE,
+        method=request.method,
+        path=request.path,
+        kind=ObservationKind.REFUSAL,
+        refusal=refusal,
+    )
     rendering = await state.answers.response(obs, ctx)
     return _refused(refusal, record.request_id, rendering, PLAIN[refusal])
 
@@ -118,7 +124,9 @@ def refused_head(state: ExchangeState, refusal: Refusal, text: str) -> web.Respo
     `text` is that plain answer's, which `headers` mode keeps."""
     request_id = fresh_request_id()
     ctx = unrouted_context(state.config.default_mode, request_id, time.monotonic())
-    obs = Observation(route=NO_ROUTE, method="", path="", refusal=refusal)
+    obs = Observation(
+        route=NO_ROUTE, method="", path="", kind=ObservationKind.REFUSAL, refusal=refusal
+    )
     rendering = state.answers.refused_now(obs, ctx)
     if rendering is None:
         return None

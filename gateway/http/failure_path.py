@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.classify import ObservationKind
 from gateway.exchange.answer import apply_rendering, has_no_body, is_stream, matchable
 from gateway.exchange.context import RequestContext, echo_request_id
 from gateway.exchange.headers import client_response_headers
@@ -48,6 +49,7 @@ async def answer_upstream_failure(
     if lost:
         ctx.fell_back(FallbackReason.BODY_TOO_LARGE)
     obs = ctx.observation(
+        ObservationKind.STATUS,
         status=upstream.status,
         headers=upstream.headers,
         body=matched,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.classify import Observation, Verdict
+from gateway.classify import Observation, ObservationKind, Verdict
 from gateway.config.models import McpSpec
 from gateway.enrich.envelope import error_object, failure_object
 from gateway.enrich.step import Enricher, FailureContext, Render
@@ -107,6 +107,7 @@ class Upgrader:
             route=site.route_name,
             method=CALL_METHOD,
             path=site.path,
+            kind=ObservationKind.REFUSAL,
             refusal=refusal,
             body=dump(error),
             content_type="application/json",
@@ -147,7 +148,8 @@ class Upgrader:
         obs = tool_error_observation(
             site, pending, tool_error_text(result), self._safe(site, pending)
         )
-        obs.reported_success = reported_success
+        if reported_success:  # tried only on the rules written for such results
+            obs.kind = ObservationKind.REPORTED_SUCCESS
         obs.missing_arguments = self._missing(site, pending)
         ctx = _failure_context(site, pending)
         _traced_failure(ctx, None)
@@ -221,6 +223,7 @@ def _observation(
         route=site.route_name,
         method=CALL_METHOD,
         path=site.path,
+        kind=ObservationKind.TOOL_ERROR if jsonrpc_code is None else ObservationKind.JSONRPC_ERROR,
         body=body,
         content_type="application/json" if jsonrpc_code is not None else "text/plain",
         idempotent=replay_safe,

@@ -17,7 +17,7 @@ from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.classify import Observation, Verdict
+from gateway.classify import Observation, ObservationKind, Verdict
 from gateway.classify.observation import carries_idempotency_key
 from gateway.classify.why_not import PassedOver, passed_over
 from gateway.config.errors import Refused
@@ -165,6 +165,7 @@ async def explain(
         route=route.spec.name,
         method=method,
         path=path,
+        kind=ObservationKind.STATUS if sample.transport is None else ObservationKind.TRANSPORT,
         status=sample.status,
         transport=sample.transport,
         headers=sample.headers,

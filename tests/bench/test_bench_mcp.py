@@ -13,7 +13,7 @@ import pytest
 
 from bench import mcp_bench, mcp_server, report
 from bench.systems import WORKLOADS, applies, systems
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.config.loader import load_config
 
 
@@ -47,6 +47,7 @@ def test_the_bench_config_loads_and_classifies_the_failure(
         route="tools",
         method="POST",
         path="/mcp",
+        kind=ObservationKind.TOOL_ERROR,
         body=text.encode(),
         content_type="text/plain",
         tool=mcp_server.TOOL,

@@ -13,12 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.classify.templates import parse_duration_ms
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.failure import TransportKind
 from gateway.text.safe_text import _CONTROL, _SPACES, clean_text
+
+TRANSPORT = ObservationKind.TRANSPORT
+TOOL_ERROR = ObservationKind.TOOL_ERROR
+JSONRPC = ObservationKind.JSONRPC_ERROR
 
 
 def loaded_with(tmp_path: Path, rules: list[dict[str, Any]], **extra: Any) -> LoadedConfig:
@@ -40,9 +44,15 @@ def loaded_with(tmp_path: Path, rules: list[dict[str, Any]], **extra: Any) -> Lo
     return load_config(str(path))
 
 
-def obs(status: int | None = 400, body: str | None = "", **kw: Any) -> Observation:
+def obs(
+    status: int | None = 400,
+    body: str | None = "",
+    kind: ObservationKind = ObservationKind.STATUS,
+    **kw: Any,
+) -> Observation:
     fields: dict[str, Any] = {"route": "api", "method": "GET", "path": "/x", **kw}
-    return Observation(status=status, body=None if body is None else body.encode(), **fields)
+    raw = None if body is None else body.encode()
+    return Observation(kind=kind, status=status, body=raw, **fields)
 
 
 def rule(rule_id: str, match: dict[str, Any], code: str = "CUSTOM", **error: Any) -> dict[str, Any]:
@@ -78,7 +88,8 @@ def test_candidates_are_indexed_by_status(tmp_path: Path) -> None:
     assert len(classifier.candidates(obs(status=418))) == 300 + 1
     ids = [r.id for r in classifier.candidates(obs(status=404))]
     assert ids == [r.id for r in shipped.candidates(obs(status=404))]
-    assert [r.id for r in classifier.candidates(obs(None, transport=TransportKind.RESET))] == [
+    reset = obs(None, kind=TRANSPORT, transport=TransportKind.RESET)
+    assert [r.id for r in classifier.candidates(reset)] == [
         "transport-reset-idempotent",
         "transport-reset",
     ]
@@ -87,15 +98,18 @@ def test_candidates_are_indexed_by_status(tmp_path: Path) -> None:
 def test_a_tool_error_is_not_tried_against_rules_that_need_a_jsonrpc_code(tmp_path: Path) -> None:
     """The MCP index: a tool error (no JSON-RPC code) gets the MCP rules without a
     `jsonrpc_code`, in order; a JSON-RPC error gets them all."""
-    classifier = Classifier(loaded_with(tmp_path, []))  # builtin:mcp-defaults included
-    tool = [r.id for r in classifier.candidates(obs(None, tool="read_file"))]
-    every = [r.id for r in classifier.candidates(obs(None, tool="read_file", jsonrpc_code=-32601))]
-    coded = {r.id for r in classifier.rules if r.is_mcp and r.jsonrpc_code is not None}
+    loaded = loaded_with(tmp_path, [])  # builtin:mcp-defaults included
+    classifier = Classifier(loaded)
+    tool = [r.id for r in classifier.candidates(obs(None, kind=TOOL_ERROR, tool="read_file"))]
+    coded_error = obs(None, kind=JSONRPC, tool="read_file", jsonrpc_code=-32601)
+    every = [r.id for r in classifier.candidates(coded_error)]
+    mcp = {r.spec.id: r.spec.match.mcp for r in loaded.rules if r.spec.match.mcp}
+    coded = {rule_id for rule_id, spec in mcp.items() if spec.jsonrpc_code is not None}
     assert coded and "mcp-method-not-found" in coded and "mcp-enoent" in tool
     assert tool == [rule_id for rule_id in every if rule_id not in coded]
-    verdict = classifier.classify(obs(None, body="ENOENT: x", tool="read_file"))
+    verdict = classifier.classify(obs(None, "ENOENT: x", TOOL_ERROR, tool="read_file"))
     assert verdict is not None and verdict.rule.id == "mcp-enoent"
-    coded_verdict = classifier.classify(obs(None, body="{}", tool="x", jsonrpc_code=-32601))
+    coded_verdict = classifier.classify(obs(None, "{}", JSONRPC, tool="x", jsonrpc_code=-32601))
     assert coded_verdict is not None and coded_verdict.rule.id == "mcp-method-not-found"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.classify.rules import literal_first_segment
 from gateway.config.loader import load_config
 
@@ -65,7 +65,9 @@ def test_index_picks_the_same_rule_as_a_linear_scan(
 ) -> None:
     classifier = _config(tmp_path)
     body = b"" if marker is None else f"marker-{marker}".encode()
-    observation = Observation(route="api", method="GET", path=path, status=400, body=body)
+    observation = Observation(
+        route="api", method="GET", path=path, kind=ObservationKind.STATUS, status=400, body=body
+    )
     linear = next(
         (r.id for r in classifier.rules if r.matches(observation, 1.0, float("inf")) is not None),
         None,

@@ -14,7 +14,7 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.classify.html_message import html_message, scrub, text_message
 from gateway.config.loader import embedded_config
 from tests.support.gateway import StartGateway, StartUpstream, route_config
@@ -165,6 +165,7 @@ def test_the_shipped_defaults_use_it(page: str, expected: str) -> None:
         route="default",
         method="GET",
         path="/x",
+        kind=ObservationKind.STATUS,
         status=500,
         body=page.encode(),
         content_type="text/html; charset=utf-8",
@@ -175,7 +176,14 @@ def test_the_shipped_defaults_use_it(page: str, expected: str) -> None:
 
 def test_html_is_recognised_without_a_content_type() -> None:
     classifier = Classifier(embedded_config("http://127.0.0.1:9"))
-    obs = Observation(route="default", method="GET", path="/", status=404, body=DJANGO_404.encode())
+    obs = Observation(
+        route="default",
+        method="GET",
+        path="/",
+        kind=ObservationKind.STATUS,
+        status=404,
+        body=DJANGO_404.encode(),
+    )
     verdict = classifier.classify(obs)
     assert verdict is not None and verdict.failure.message.startswith("Not Found: The requested")
 
@@ -184,7 +192,13 @@ def test_a_page_with_no_text_falls_back_to_the_reason_phrase() -> None:
     classifier = Classifier(embedded_config("http://127.0.0.1:9"))
     empty = b"<html><body><script>alert(1)</script></body></html>"
     obs = Observation(
-        route="default", method="GET", path="/", status=503, body=empty, content_type="text/html"
+        route="default",
+        method="GET",
+        path="/",
+        kind=ObservationKind.STATUS,
+        status=503,
+        body=empty,
+        content_type="text/html",
     )
     verdict = classifier.classify(obs)
     assert verdict is not None and verdict.failure.message == "Service Unavailable"
@@ -316,6 +330,7 @@ def test_a_plain_text_body_gives_its_first_line(
         route="default",
         method="POST",
         path="/",
+        kind=ObservationKind.STATUS,
         status=400,
         body=body.encode(),
         content_type=content_type,

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.classify.retry_hints import hinted_delay_ms, retry_info_ms
 from gateway.config.loader import embedded_config, load_config
 from gateway.failure import TransportKind
@@ -23,8 +23,9 @@ CHECK_EFFECT = "The request may have been processed; check its effect before sen
 
 def observed(headers: dict[str, str] | None = None, body: Any = None, **kw: Any) -> Observation:
     raw = None if body is None else json.dumps(body).encode()
+    kind = ObservationKind.TRANSPORT if "transport" in kw else ObservationKind.STATUS
     fields: dict[str, Any] = {"route": "default", "method": "GET", "path": "/x", **kw}
-    return Observation(headers=CIMultiDict(headers or {}), body=raw, **fields)
+    return Observation(kind=kind, headers=CIMultiDict(headers or {}), body=raw, **fields)
 
 
 def retry_info(delay: Any) -> dict[str, Any]:

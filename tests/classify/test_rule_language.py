@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import regex
 import yaml
 from aiohttp import web
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.classify.fields import MAX_FIELDS
+from gateway.classify.timed_search import may_name_groups
 from gateway.config.errors import ConfigError
 from gateway.config.jsonpath import MAX_VISITS, Wild, parse_json_path
 from gateway.config.loaded import LoadedConfig
@@ -85,7 +87,15 @@ def rule(match: dict[str, Any], rule_id: str = "r", **error: Any) -> dict[str, A
 
 def observe(body: Any, status: int = 400, **kw: Any) -> Observation:
     raw = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
-    return Observation(route="api", method="POST", path="/x", status=status, body=raw, **kw)
+    return Observation(
+        route="api",
+        method="POST",
+        path="/x",
+        kind=ObservationKind.STATUS,
+        status=status,
+        body=raw,
+        **kw,
+    )
 
 
 def classify(loaded: LoadedConfig, body: Any, status: int = 400) -> Any:
@@ -157,6 +167,57 @@ def test_a_wildcard_condition_holds_when_any_item_matches(tmp_path: Path) -> Non
     assert classify(loaded, FASTAPI_422, 422).rule.id == "r"
     only_missing = {"detail": FASTAPI_422["detail"][:1]}
     assert classify(loaded, only_missing, 422).rule.id != "r"
+
+
+def test_a_header_regexs_named_groups_are_captures(tmp_path: Path) -> None:
+    """`check` takes a header regex's named groups as captures (for placeholders and a retry
+    `capture`): the failure is filled from them. On c837dd3 the header's match was thrown
+    away and filling `{scope}` raised KeyError, so the step fell open on every such failure."""
+    headers = {
+        "WWW-Authenticate": 'Bearer error="insufficient_scope", scope="(?P<scope>[^"]+)"',
+        "X-Wait": r"^(?<wait>\d+)s$",
+        "Content-Type": "(?i)json",  # no named group: nothing read from its match
+    }
+    spec = rule(
+        {"status": [403], "headers": headers, "methods": ["GET"]},
+        message="the token lacks {scope}",
+        retryable=True,
+        retry_after_ms={"capture": "wait", "hints": False},
+    )
+    obs = Observation(
+        route="api",
+        method="GET",
+        path="/x",
+        kind=ObservationKind.STATUS,
+        status=403,
+        headers={
+            "www-authenticate": 'Bearer error="insufficient_scope", scope="orders:write"',
+            "x-wait": "7s",
+            "content-type": "application/json",
+        },
+        body=b"{}",
+    )
+    verdict = Classifier(loaded_with(tmp_path, [spec])).classify(obs)
+    assert verdict is not None and verdict.rule.id == "r"
+    assert verdict.failure.message == "the token lacks orders:write"
+    assert verdict.failure.retry_after_ms == 7000
+    assert dict(verdict.captures) == {"scope": "orders:write", "wait": "7"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "names"),
+    [
+        ("(?P<a>x)", True),
+        ("(?<a>x)", True),
+        ("(?i)(?P<a>x)", True),
+        ("(?i)json|xml", False),
+        ("(?<=Bearer )token(?<!x)", False),
+        ("(x)|(?:y)", False),
+    ],
+)
+def test_a_pattern_that_names_no_group_is_known_from_its_text(pattern: str, names: bool) -> None:
+    assert may_name_groups(pattern) is names
+    assert bool(regex.compile(pattern).groupindex) is names
 
 
 def test_a_named_wildcard_captures_the_key(tmp_path: Path) -> None:

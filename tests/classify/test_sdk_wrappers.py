@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.classify.sdk_wrappers import inner_message
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
@@ -56,7 +56,13 @@ def _classifier(tmp_path: Path) -> Classifier:
 
 def _tool_error(text: str) -> Observation:
     return Observation(
-        route="stdio", method="POST", path="/", body=text.encode(), tool="t", idempotent=False
+        route="stdio",
+        method="POST",
+        path="/",
+        kind=ObservationKind.TOOL_ERROR,
+        body=text.encode(),
+        tool="t",
+        idempotent=False,
     )
 
 
@@ -80,6 +86,7 @@ def test_a_jsonrpc_errors_message_is_read_as_text(tmp_path: Path) -> None:
         route="stdio",
         method="POST",
         path="/",
+        kind=ObservationKind.JSONRPC_ERROR,
         body=json.dumps(error).encode(),
         content_type="application/json",
         tool="set",
@@ -92,6 +99,13 @@ def test_a_jsonrpc_errors_message_is_read_as_text(tmp_path: Path) -> None:
 def test_http_bodies_are_not_read_through_mcp_wrappers(tmp_path: Path) -> None:
     http = rule("http-invalid", {"status": [400], "body": "^Invalid\\b"}, "HTTP_INVALID")
     classifier = Classifier(loaded_with(tmp_path, [http]))
-    obs = Observation(route="api", method="GET", path="/x", status=400, body=b"Error: Invalid x")
+    obs = Observation(
+        route="api",
+        method="GET",
+        path="/x",
+        kind=ObservationKind.STATUS,
+        status=400,
+        body=b"Error: Invalid x",
+    )
     verdict = classifier.classify(obs)
     assert verdict is not None and verdict.rule.id != "http-invalid"

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import builtin_names, builtin_text, load_config
 from gateway.enrich.step import Enricher, FailureContext
@@ -76,6 +76,7 @@ def observation(case: FixtureCase, instant: float | None = None) -> Observation:
         route="default",
         method=sample.method,
         path=sample.path,
+        kind=ObservationKind.STATUS,
         status=sample.status,
         headers=sample.headers,
         body=sample.body,

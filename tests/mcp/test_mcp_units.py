@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from multidict import CIMultiDict
 from pydantic import ValidationError
 
-from gateway.classify import Observation
+from gateway.classify import Observation, ObservationKind
 from gateway.config.route_model import RouteSpec
 from gateway.enrich.step import FailureContext
 from gateway.exchange.routes import Route
@@ -445,6 +445,8 @@ def test_a_tool_errors_handed_over_text_is_what_its_bytes_read_as(text: str) -> 
     the one its body would be read as, byte order mark and lone surrogates included."""
     obs = tool_error_observation(Site(), Pending("tools/call", "t"), text)
     assert obs.body is not None
-    fresh = Observation(route="tools", method="POST", path="/mcp", body=obs.body)
+    fresh = Observation(
+        route="tools", method="POST", path="/mcp", kind=ObservationKind.TOOL_ERROR, body=obs.body
+    )
     fresh.content_type = obs.content_type
     assert obs.text == fresh.text

@@ -14,7 +14,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from examples.demo_api import build_app
-from gateway.classify import Classifier, Observation
+from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.cli import main
 from gateway.config.loader import load_config
 from gateway.feedback.capture import SUFFIX, load_dir
@@ -157,6 +157,7 @@ def observation(capture: dict[str, Any]) -> Observation:
         route=capture["route"],
         method=capture["request"]["method"],
         path=capture["request"]["path"],
+        kind=ObservationKind.STATUS,
         status=response["status"],
         headers=headers,
         body=response["body"].encode(),
