@@ -17,7 +17,12 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.model_base import _HEADER_NAME, CommandSpec, Strict, parse_host_port
-from gateway.config.relay_limits import MAX_MESSAGE_BYTES, MAX_TRACKED_REQUESTS
+from gateway.config.relay_limits import (
+    MAX_BATCH_MESSAGES,
+    MAX_MESSAGE_BYTES,
+    MAX_MESSAGE_VALUES,
+    MAX_TRACKED_REQUESTS,
+)
 from gateway.config.route_model import RouteSpec, TlsSpec
 from gateway.config.rule_model import PolicySpec, RuleSpec, SkillSpec
 from gateway.config.trust import parse_network
@@ -212,6 +217,13 @@ class McpSpec(Strict):
     # Read before the model by a relay that starts before its config (relay_limits.py).
     max_message_bytes: int = Field(
         default=MAX_MESSAGE_BYTES.default, ge=MAX_MESSAGE_BYTES.ge, le=MAX_MESSAGE_BYTES.le
+    )
+    # A request is parsed only within these, else refused as too large (docs/security.md).
+    max_message_values: int = Field(
+        default=MAX_MESSAGE_VALUES.default, ge=MAX_MESSAGE_VALUES.ge, le=MAX_MESSAGE_VALUES.le
+    )
+    max_batch_messages: int = Field(
+        default=MAX_BATCH_MESSAGES.default, ge=MAX_BATCH_MESSAGES.ge, le=MAX_BATCH_MESSAGES.le
     )
     # `mendpoint stdio`: how long the server's pending calls may run after the client closed
     # its input, before the server is ended (docs/mcp.md, "stdio").

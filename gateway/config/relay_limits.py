@@ -1,4 +1,4 @@
-"""The two MCP limits a relay needs before its config has loaded, read from the file's data.
+"""The MCP limits a relay needs before its config has loaded, read from the file's data.
 
 `mendpoint stdio` relays its first messages while the config (pydantic, the rule packs) still
 loads (docs/performance.md#mcp-start-up), but a line reader's limit is fixed when it is made
@@ -37,10 +37,14 @@ class Bound:
 
 MAX_MESSAGE_BYTES = Bound(default=16 << 20, ge=1024, le=1 << 30)
 MAX_TRACKED_REQUESTS = Bound(default=1024, ge=1, le=1_000_000)
+MAX_MESSAGE_VALUES = Bound(default=100_000, ge=100, le=10_000_000)
+"""JSON values in one request (docs/security.md#mcp-bodies): about 10 MiB parsed at most."""
+MAX_BATCH_MESSAGES = Bound(default=256, ge=1, le=100_000)
+"""Messages in one JSON-RPC batch: far above what clients send, each message costs a line."""
 
 
 class Limited(Protocol):
-    """What holds the two limits: the loaded config's `McpSpec`."""
+    """What holds the limits: the loaded config's `McpSpec`."""
 
     @property
     def max_message_bytes(self) -> int: ...
@@ -48,17 +52,31 @@ class Limited(Protocol):
     @property
     def max_tracked_requests(self) -> int: ...
 
+    @property
+    def max_message_values(self) -> int: ...
+
+    @property
+    def max_batch_messages(self) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class RelayLimits:
-    """How long a line may be to be read whole, and how many requests are tracked."""
+    """How long a line may be to be read whole, how many requests are tracked, and how
+    many values and batch messages a request may hold to be parsed."""
 
     max_message_bytes: int = MAX_MESSAGE_BYTES.default
     max_tracked_requests: int = MAX_TRACKED_REQUESTS.default
+    max_message_values: int = MAX_MESSAGE_VALUES.default
+    max_batch_messages: int = MAX_BATCH_MESSAGES.default
 
     @classmethod
     def of(cls, spec: Limited) -> RelayLimits:
-        return cls(spec.max_message_bytes, spec.max_tracked_requests)
+        return cls(
+            spec.max_message_bytes,
+            spec.max_tracked_requests,
+            spec.max_message_values,
+            spec.max_batch_messages,
+        )
 
 
 def early_limits(data: Any) -> RelayLimits | None:
@@ -70,6 +88,8 @@ def early_limits(data: Any) -> RelayLimits | None:
         return None
     size = MAX_MESSAGE_BYTES.read(block, "max_message_bytes")
     tracked = MAX_TRACKED_REQUESTS.read(block, "max_tracked_requests")
-    if size is None or tracked is None:
+    values = MAX_MESSAGE_VALUES.read(block, "max_message_values")
+    batch = MAX_BATCH_MESSAGES.read(block, "max_batch_messages")
+    if size is None or tracked is None or values is None or batch is None:
         return None
-    return RelayLimits(size, tracked)
+    return RelayLimits(size, tracked, values, batch)

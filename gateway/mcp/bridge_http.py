@@ -45,10 +45,10 @@ from gateway.mcp.jsonrpc import (
     RequestKey,
     RequestTable,
     encode,
-    parse_message,
     request_key,
     requests_in,
 )
+from gateway.mcp.request_body import Read
 from gateway.mcp.rpc_errors import PARSE_ERROR, SERVER_ERROR, rpc_refusal
 from gateway.mcp.upgrade import Upgrader
 
@@ -58,16 +58,18 @@ log = logging.getLogger("mendpoint.mcp")
 async def serve_bridge(
     request: web.Request,
     ctx: RequestContext,
-    body: bytes,
+    read: Read,
     sent: bytes,
     bridges: Bridges,
     upgrader: Upgrader,
 ) -> web.StreamResponse:
-    """Serve one Streamable HTTP request of a bridge route: `body` is its JSON-RPC text (the
-    child reads it), `sent` the bytes as the client sent them (a sibling worker gets those)."""
+    """Serve one Streamable HTTP request of a bridge route: `read` is its JSON-RPC text (the
+    child reads it) and the message parsed from it within bounds
+    (gateway/mcp/request_body.py), `sent` the bytes as the client sent them (a sibling worker
+    gets those)."""
     session_id = request.headers.get(MCP_SESSION_ID)
     if request.method == "POST":
-        return await _post(request, ctx, body, sent, session_id, bridges, upgrader)
+        return await _post(request, ctx, read, sent, session_id, bridges, upgrader)
     if request.method not in ("GET", "DELETE"):
         return web.Response(
             status=405, headers={"Allow": "GET, POST, DELETE", REQUEST_ID: ctx.request_id}
@@ -88,14 +90,14 @@ async def serve_bridge(
 async def _post(
     request: web.Request,
     ctx: RequestContext,
-    body: bytes,
+    read: Read,
     sent: bytes,
     session_id: str | None,
     bridges: Bridges,
     upgrader: Upgrader,
 ) -> web.StreamResponse:
-    message = parse_message(body) if body else None
-    lines = _lines(body, message)
+    message = read.message
+    lines = _lines(read.body, message)
     if lines is None or not isinstance(message, dict | list) or message == []:
         return rpc_refusal(
             400, PARSE_ERROR, "Parse error: the body is not a JSON-RPC message", ctx.request_id

@@ -37,16 +37,15 @@ from gateway.mcp.call_site import HttpCallSite
 from gateway.mcp.correlation import Tracker, rewrite_payload
 from gateway.mcp.jsonrpc import (
     RequestTable,
-    parse_message,
     requests_in,
 )
 from gateway.mcp.origin import refusal
+from gateway.mcp.request_body import Read
 from gateway.mcp.rpc_errors import SERVER_ERROR, rpc_refusal
 from gateway.mcp.sessions_state import MCP_RUNTIME
 from gateway.mcp.sse import relay_events
 from gateway.mcp.upgrade import Upgrader
 from gateway.text.capped_read import read_capped
-from gateway.text.content_codings import Undecodable, decode_content
 
 log = logging.getLogger("mendpoint.mcp")
 
@@ -69,7 +68,9 @@ async def handle_mcp(
         return _bad_session_id(ctx.request_id)
     runtime = request.app[MCP_RUNTIME]
     limits = ctx.state.config.limits
-    sent = body = b""  # the body as the client sent it; its JSON-RPC text, codings undone
+    sent = b""  # the body as the client sent it
+    read = Read(b"")  # its JSON-RPC text, codings undone, and the message it holds
+    post = request.method == "POST"
     if request.body_exists:
         try:
             sent, whole = await _read_body(request.content, limits)
@@ -78,26 +79,25 @@ async def handle_mcp(
         if not whole:
             return await refuse(ctx, Refusal.BODY_TOO_LARGE)
         coding = ",".join(request.headers.getall(hdrs.CONTENT_ENCODING, ()))
-        decoded = decode_content(sent, coding, limits.max_request_body_bytes)
-        if decoded is Undecodable.TOO_LARGE:
-            return await refuse(ctx, Refusal.BODY_TOO_LARGE)
-        if isinstance(decoded, Undecodable):
-            return await refuse(ctx, Refusal.UNDECODABLE_BODY)
-        body = decoded
-    posted = request.method == "POST" and bool(body)
+        mcp_limits = ctx.state.config.mcp
+        bounded = await runtime.bodies.read(
+            sent, coding, post, limits.max_request_body_bytes, mcp_limits
+        )
+        if isinstance(bounded, Refusal):
+            return await refuse(ctx, bounded)
+        read = bounded
+    posted = post and bool(read.body)
+    message = read.message
+    if ctx.record.trace is not None:
+        _traced(request, ctx, message)
     if spec.command is not None:
-        if ctx.record.trace is not None:
-            _traced(request, ctx, parse_message(body) if posted else None)
-        return await serve_bridge(request, ctx, body, sent, runtime.bridges, upgrader)
+        return await serve_bridge(request, ctx, read, sent, runtime.bridges, upgrader)
     session_id = request.headers.get(MCP_SESSION_ID)
     settings = ctx.state.config.mcp
     local = RequestTable(settings.max_tracked_requests)
     shared = (
         runtime.sessions.table(session_id) if session_id and request.method != "DELETE" else None
     )
-    message = parse_message(body) if posted else None
-    if ctx.record.trace is not None:
-        _traced(request, ctx, message)
     if posted:
         for key, pending in requests_in(message):
             local.add(key, pending)

@@ -15,6 +15,7 @@ from gateway.config.loaded import LoadedConfig
 from gateway.mcp import cors
 from gateway.mcp.bridge_sessions import Bridges
 from gateway.mcp.jsonrpc import SessionTables
+from gateway.mcp.request_body import BodyReader
 from gateway.mcp.tool_hints import ToolBook
 
 
@@ -26,6 +27,8 @@ class McpRuntime:
         self.tools = ToolBook()
         """What each route's server declared of its tools in tools/list (tool_hints); kept
         across reloads, as the servers behind the routes are."""
+        self.bodies = BodyReader()
+        """Reads request bodies, the large and coded ones off the loop, one at a time."""
         self.stop_by: float | None = None
         """When the gateway's drain must be over (a loop time), once it began."""
 

@@ -45,6 +45,7 @@ from gateway.mcp.jsonrpc import (
     requests_in,
 )
 from gateway.mcp.lines import Overlong, overlong_id, read_line
+from gateway.mcp.request_body import parse_request
 from gateway.mcp.rpc_errors import server_gone
 from gateway.observers import Classified, FailureNotes
 
@@ -137,6 +138,7 @@ class StdioRelay:
         self.child = child
         self.upgrader = upgrader
         self.site = StdioCallSite(mode)
+        self.limits = limits
         self.limit = limits.max_message_bytes
         self.grace_s = grace_s
         """`--grace`; without it the config's `mcp.stdio_grace_s`, once it has loaded."""
@@ -180,7 +182,10 @@ class StdioRelay:
                     async for piece in line.pieces():
                         await child.write(piece)
                     continue
-                self._note(parse_message(line))
+                # A line of too many values or a batch too long is relayed unparsed, as an
+                # overlong one is: the server decides (docs/security.md#mcp-bodies).
+                message = parse_request(line, self.limits)
+                self._note(None if isinstance(message, Refusal) else message)
                 await child.write(line)
         except ConnectionError:
             pass  # the server closed its stdin
