@@ -48,7 +48,7 @@ async def test_http_first_action_and_fidelity_are_at_least_95_percent() -> None:
     assert not missing
     assert len(outcomes) == sum(len(s.scenarios) for s in stacks)
     report = Report(outcomes, missing, {})
-    for part, chosen in (("all", report.suite("http")), ("held-out", report.part("http", True))):
+    for part, chosen in (("all", report.suite("http")), ("held-out", report.part("http", "first"))):
         first = tally(chosen, "first_action")
         fidelity = tally(chosen, "fidelity")
         assert first.total and fidelity.total, part
