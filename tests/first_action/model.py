@@ -23,6 +23,7 @@ STACKS_DIR = HERE / "stacks"
 RECORDED = HERE / "recorded"
 NODE_DIR = HERE / "node"
 HELD_OUT_NODE_DIR = HERE / "held_out" / "node"
+RANKED_NODE_DIR = HERE / "held_out" / "ranked"
 
 Action = Literal["retry", "fix", "run_fix", "stop"]
 Expect = Literal["success", "retry", "fix", "run_fix", "stop"]
