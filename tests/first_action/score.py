@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from tests.first_action.model import HeldOut
 from tests.first_action.outcome import Outcome, Suite
@@ -81,7 +81,7 @@ class Report:
         for outcome in self.suite(suite):
             if outcome.held_out is not None:
                 grouped.setdefault(outcome.held_out, []).append(outcome)
-        return dict(sorted(grouped.items()))
+        return {name: grouped[name] for name in get_args(HeldOut) if name in grouped}
 
     def stacks(self, suite: Suite) -> dict[str, list[Outcome]]:
         grouped: dict[str, list[Outcome]] = defaultdict(list)
