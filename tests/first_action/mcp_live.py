@@ -23,7 +23,7 @@ from tests.first_action.agent import read_mcp
 from tests.first_action.environment import MENDPOINT, places, run_base
 from tests.first_action.http_live import in_body
 from tests.first_action.mcp_client import INITIALIZED, HttpPeer, Peer, StdioPeer, initialize
-from tests.first_action.model import McpCall, McpServer, Places
+from tests.first_action.model import HeldOut, McpCall, McpServer, Places
 from tests.first_action.outcome import Outcome
 from tests.first_action.processes import Group, StartFailed, group, run_command
 from tests.support.ports import free_port
@@ -232,7 +232,11 @@ def judge_all(
 
 
 def judge(
-    stack: str, call: McpCall, direct: str | None, through: str | None, held_out: bool = False
+    stack: str,
+    call: McpCall,
+    direct: str | None,
+    through: str | None,
+    held_out: HeldOut | None = None,
 ) -> Outcome:
     outcome = Outcome("mcp", stack, call.id, call.expect, call.reason, call.words)
     outcome.held_out = held_out

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tests.first_action.agent import Reading, words_kept
-from tests.first_action.model import Action, Expect
+from tests.first_action.model import Action, Expect, HeldOut
 
 Suite = Literal["http", "mcp"]
 Got = Action | Literal["success"]
@@ -79,8 +79,8 @@ class Outcome:
     identical: bool | None = None
     reported_as_success: bool = False
     problems: list[str] = field(default_factory=list)
-    held_out: bool = False
-    """The stack is one of the held-out set (docs/packs/corpus.md#held-out-stacks)."""
+    held_out: HeldOut | None = None
+    """The held-out set the stack belongs to, if any (docs/packs/corpus.md#the-held-out-sets)."""
 
     @property
     def failure(self) -> bool:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
+from tests.first_action.model import HeldOut
 from tests.first_action.outcome import Outcome, Suite
 
 
@@ -69,10 +70,18 @@ class Report:
     def suite(self, suite: Suite) -> list[Outcome]:
         return [o for o in self.outcomes if o.suite == suite]
 
-    def part(self, suite: Suite, held_out: bool) -> list[Outcome]:
-        """The tuned stacks' outcomes, or the held-out ones'
-        (docs/packs/corpus.md#held-out-stacks)."""
-        return [o for o in self.suite(suite) if o.held_out is held_out]
+    def part(self, suite: Suite, held_out: HeldOut | None) -> list[Outcome]:
+        """The tuned stacks' outcomes (None), or one held-out set's
+        (docs/packs/corpus.md#the-held-out-sets)."""
+        return [o for o in self.suite(suite) if o.held_out == held_out]
+
+    def held_out_sets(self, suite: Suite) -> dict[HeldOut, list[Outcome]]:
+        """Each held-out set's outcomes, apart: sets chosen differently are never pooled."""
+        grouped: dict[HeldOut, list[Outcome]] = {}
+        for outcome in self.suite(suite):
+            if outcome.held_out is not None:
+                grouped.setdefault(outcome.held_out, []).append(outcome)
+        return {name: grouped[name] for name in get_args(HeldOut) if name in grouped}
 
     def stacks(self, suite: Suite) -> dict[str, list[Outcome]]:
         grouped: dict[str, list[Outcome]] = defaultdict(list)
@@ -86,8 +95,11 @@ class Report:
             stacks = self.stacks(suite)
             out[suite] = {
                 "overall": {t: tally(self.suite(suite), t).to_json() for t in TESTS},
-                "tuned": {t: tally(self.part(suite, False), t).to_json() for t in TESTS},
-                "held_out": {t: tally(self.part(suite, True), t).to_json() for t in TESTS},
+                "tuned": {t: tally(self.part(suite, None), t).to_json() for t in TESTS},
+                "held_out": {
+                    name: {t: tally(items, t).to_json() for t in TESTS}
+                    for name, items in self.held_out_sets(suite).items()
+                },
                 "stacks": {
                     name: {t: tally(items, t).to_json() for t in TESTS}
                     for name, items in stacks.items()
@@ -112,10 +124,11 @@ class Report:
             for name, items in stacks.items():
                 lines.append(_row(name, items))
             lines.append(_row("OVERALL", outcomes))
-            held_out = self.part(suite, True)
+            held_out = self.held_out_sets(suite)
             if held_out:
-                lines.append(_row("  tuned stacks", self.part(suite, False)))
-                lines.append(_row("  held-out stacks", held_out))
+                lines.append(_row("  tuned stacks", self.part(suite, None)))
+            for name, items in held_out.items():
+                lines.append(_row(f"  held-out set: {name}", items))
             for name, why in failed.items():
                 lines.append(f"  did not start: {name}: {why[:300]}")
             lines.extend(_misses(outcomes))

@@ -4,8 +4,8 @@
 # (.venv/corpus-http, .venv/corpus-mcp, and .venv/corpus-mcp1 for servers that need the 1.x
 # Python SDK: their pinned dependencies never touch the project's),
 # and the Node stacks and MCP servers pinned by tests/first_action/node/package-lock.json (the
-# held-out sets': .venv/corpus-mcp-held-out, .venv/corpus-mcp-fresh and
-# tests/first_action/held_out/node).
+# held-out sets': .venv/corpus-mcp-held-out, .venv/corpus-mcp-fresh, .venv/corpus-mcp-ranked,
+# .venv/corpus-mcp-ranked1, tests/first_action/held_out/node and held_out/ranked).
 # Idempotent: what is already there is not fetched again. Services the packages would start
 # are not started (policy-rc.d for the length of the install): the corpus starts each one
 # itself, on loopback ports of its own, and stops it after.
@@ -17,6 +17,8 @@ debs=(
     nginx-light apache2 apache2-utils haproxy varnish caddy docker-registry etcd-server prometheus
     lighttpd
     ruby-sinatra ruby-webrick php-cli golang-go
+    tomcat10 jetty9 openjdk-17-jdk-headless libmojolicious-perl libcatalyst-perl ruby-rack puma
+    php-slim json2file-go yaws chromium
     postgresql redis-server memcached git
 )
 missing=()
@@ -75,11 +77,22 @@ if [ ! -f .venv/corpus-mcp-fresh/.installed ] \
     .venv/corpus-mcp-fresh/bin/pip install --quiet -r "$HERE/requirements-mcp-fresh.txt"
     touch .venv/corpus-mcp-fresh/.installed
 fi
-held_lock="$HERE/held_out/node/node_modules/.package-lock.json"
-if [ ! -f "$held_lock" ] || [ "$HERE/held_out/node/package-lock.json" -nt "$held_lock" ]; then
-    (cd "$HERE/held_out/node" && npm ci --no-audit --no-fund --loglevel=error)
-    touch "$held_lock"
-fi
+for set in ranked ranked1; do
+    venv=.venv/corpus-mcp-$set
+    if [ ! -f "$venv/.installed" ] || [ "$HERE/requirements-mcp-$set.txt" -nt "$venv/.installed" ]; then
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --upgrade pip
+        "$venv/bin/pip" install --quiet -r "$HERE/requirements-mcp-$set.txt"
+        touch "$venv/.installed"
+    fi
+done
+for folder in "$HERE/held_out/node" "$HERE/held_out/ranked"; do
+    held_lock="$folder/node_modules/.package-lock.json"
+    if [ ! -f "$held_lock" ] || [ "$folder/package-lock.json" -nt "$held_lock" ]; then
+        (cd "$folder" && npm ci --no-audit --no-fund --loglevel=error)
+        touch "$held_lock"
+    fi
+done
 lock="$HERE/node/node_modules/.package-lock.json"
 if [ ! -f "$lock" ] || [ "$HERE/node/package-lock.json" -nt "$lock" ]; then
     (cd "$HERE/node" && npm ci --no-audit --no-fund --loglevel=error)

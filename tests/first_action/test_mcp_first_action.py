@@ -2,16 +2,18 @@
 every recorded failing call of every corpus server, through the embedded default's upgrade
 step in process (tests/first_action/replay_inprocess.py), must give the weakest agent the right
 first action at least 95% of the time, and keep the server's words in `error.message` as
-often. The held-out servers (docs/packs/corpus.md#the-held-out-set) are scored apart and held
-to the same floor: recorded before the rules that serve them were written and never tuned
-for, they are the check that the rules generalise.
+often. Each held-out set (docs/packs/corpus.md#the-held-out-sets) is scored apart: the first
+two to the same floor, the ranked one to the figures it was recorded with
+(tests/first_action/floors.py); recorded before the rules that serve them were written and
+never tuned for, they are the check that the rules generalise.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.first_action.model import McpServer, load_mcp_servers
+from tests.first_action.floors import counted, floor
+from tests.first_action.model import HeldOut, McpServer, load_mcp_servers
 from tests.first_action.outcome import Outcome
 from tests.first_action.replay_inprocess import recording, replay_server
 from tests.first_action.score import tally
@@ -40,7 +42,7 @@ def _misses(outcomes: list[Outcome]) -> list[str]:
 
 @pytest.mark.timeout(60)
 async def test_the_mcp_corpus_gets_the_right_first_action_95_percent_of_the_time() -> None:
-    corpus = [s for s in SERVERS if not s.held_out]
+    corpus = [s for s in SERVERS if s.held_out is None]
     outcomes = await _outcomes(corpus)
     assert len(outcomes) == sum(len(s.calls) for s in corpus)
     first = tally(outcomes, "first_action")
@@ -54,14 +56,18 @@ async def test_the_mcp_corpus_gets_the_right_first_action_95_percent_of_the_time
 
 
 @pytest.mark.timeout(60)
-async def test_the_held_out_servers_get_the_right_first_action_95_percent_of_the_time() -> None:
-    held_out = [s for s in SERVERS if s.held_out]
-    assert len(held_out) >= 9
-    outcomes = await _outcomes(held_out)
+@pytest.mark.parametrize("held_out", ["first", "second", "ranked"])
+async def test_each_held_out_set_holds_its_floor(held_out: HeldOut) -> None:
+    servers = [s for s in SERVERS if s.held_out == held_out]
+    assert len(servers) >= 3
+    outcomes = await _outcomes(servers)
+    assert len(outcomes) == sum(len(s.calls) for s in servers)
     first = tally(outcomes, "first_action")
     fidelity = tally(outcomes, "fidelity")
-    print(f"MCP held-out: first action {first.text()}, fidelity {fidelity.text()}")
-    assert first.total >= 35
-    assert first.rate >= THRESHOLD, _misses(outcomes)
-    assert fidelity.rate >= THRESHOLD
+    print(f"MCP held-out {held_out}: first action {first.text()}, fidelity {fidelity.text()}")
+    assert first.total >= 18
+    assert first.rate >= floor("mcp", held_out, "first_action"), _misses(outcomes)
+    assert fidelity.rate >= floor("mcp", held_out, "fidelity")
+    assert counted("mcp", held_out, "first_action") in (None, first.total)
+    assert counted("mcp", held_out, "fidelity") in (None, fidelity.total)
     assert tally(outcomes, "success").rate == 1.0
