@@ -25,6 +25,11 @@ class CircuitOpen(ResolverUnavailable):
     """The breaker is open: the resolver was not called at all."""
 
 
+class Unsendable(Exception):
+    """The request could not be written to the wire: the resolver was not called, and it
+    is not the resolver's failure (the breaker counts nothing)."""
+
+
 class CircuitBreaker:
     """Opens after `threshold` consecutive failures; after `cooldown_s` lets one call probe."""
 

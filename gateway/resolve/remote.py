@@ -21,15 +21,19 @@ from gateway.resolve.breaker import (
     CircuitOpen,
     ResolverUnavailable,
     TTLCache,
+    Unsendable,
 )
 from gateway.resolve.local import ResolveQuery
 from gateway.resolve.wire import (
+    MAX_NAME_CHARS,
+    MAX_ROUTE_CHARS,
     ResolveRequest,
     ResolveResponse,
     WireCaller,
     WireContext,
     WireFailure,
     WireOption,
+    fitted,
 )
 from gateway.text.capped_read import read_capped
 
@@ -63,10 +67,11 @@ class RemoteResolver:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
+        body = request_for(query, route, tool)  # before the breaker: not the resolver's fault
         if not self.breaker.allow():
             raise CircuitOpen("circuit open")
         try:
-            options = await self._post(query, route, tool)
+            options = await self._post(body)
         except (ResolverUnavailable, aiohttp.ClientError, TimeoutError, ValueError) as exc:
             self.breaker.failure()
             raise ResolverUnavailable(str(exc) or type(exc).__name__) from exc
@@ -74,14 +79,7 @@ class RemoteResolver:
         self.cache.put(key, options)
         return options
 
-    async def _post(
-        self, query: ResolveQuery, route: str | None, tool: str | None
-    ) -> tuple[WireOption, ...]:
-        body = ResolveRequest(
-            failure=WireFailure(category=query.category, code=query.code, intent=query.intent),
-            caller=WireCaller(scopes=sorted(query.scopes)),
-            context=WireContext(route=route, operation=query.operation, tool=tool),
-        )
+    async def _post(self, body: ResolveRequest) -> tuple[WireOption, ...]:
         session = self._client()
         async with session.post(
             self.url,
@@ -120,6 +118,26 @@ class RemoteResolver:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def request_for(query: ResolveQuery, route: str | None, tool: str | None) -> ResolveRequest:
+    """The wire request for `query`: the context's names cut to the wire's limits. Anything
+    else the wire refuses (a code or intent a config let through) is `Unsendable`: no
+    options for this failure, and nothing counted against the breaker."""
+    try:
+        return ResolveRequest(
+            failure=WireFailure(category=query.category, code=query.code, intent=query.intent),
+            caller=WireCaller(scopes=sorted(query.scopes)),
+            context=WireContext(
+                route=fitted(route, MAX_ROUTE_CHARS),
+                operation=fitted(query.operation, MAX_NAME_CHARS) or "",
+                tool=fitted(tool, MAX_NAME_CHARS),
+            ),
+        )
+    except ValidationError as exc:
+        raise Unsendable(
+            f"the request does not fit the wire ({exc.error_count()} errors)"
+        ) from None
 
 
 def cache_key(query: ResolveQuery) -> CacheKey:

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import NO_RECOVERY, Failure, Recovery, RecoveryOption
-from gateway.resolve.breaker import CircuitBreaker, CircuitOpen, ResolverUnavailable, TTLCache
+from gateway.resolve.breaker import (
+    CircuitBreaker,
+    CircuitOpen,
+    ResolverUnavailable,
+    TTLCache,
+    Unsendable,
+)
 from gateway.resolve.callers import Caller
 from gateway.resolve.catalog import Catalog
 from gateway.resolve.local import ResolveQuery, resolve_locally
@@ -127,6 +133,10 @@ class RecoveryService:
             return self._local(query)
         try:
             wire = await self.remote.fetch(query, situation.route, situation.tool)
+        except Unsendable as exc:
+            _resolved(ResolverOutcome.UNSENDABLE)
+            log.warning("no recovery options: %s", exc)
+            return NO_RECOVERY
         except ResolverUnavailable as exc:
             outcome = (
                 ResolverOutcome.CIRCUIT_OPEN

@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.failure import Category
 
 MAX_OPTIONS = 20
+MAX_ROUTE_CHARS = 64
+MAX_NAME_CHARS = 256
+"""An operation's or a tool's name on the wire; a longer one is cut to fit (`fitted`)."""
+CUT = "…"
 
 
 class Wire(BaseModel):
@@ -28,9 +32,9 @@ class WireCaller(Wire):
 
 
 class WireContext(Wire):
-    route: str | None = Field(default=None, max_length=64)
-    operation: str = Field(max_length=256)
-    tool: str | None = Field(default=None, max_length=256)
+    route: str | None = Field(default=None, max_length=MAX_ROUTE_CHARS)
+    operation: str = Field(max_length=MAX_NAME_CHARS)
+    tool: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
 
 
 class ResolveRequest(Wire):
@@ -53,3 +57,13 @@ class ResolveResponse(BaseModel):
 
     options: list[WireOption] = Field(max_length=MAX_OPTIONS)
     catalog_version: str | None = Field(default=None, max_length=128)
+
+
+def fitted(text: str | None, limit: int) -> str | None:
+    """`text` within `limit` characters: cut, its end marked `…`. The context a request
+    carries says where a failure happened; a path a client made 10,000 characters long is not
+    a reason to send nothing, nor one the resolver's validation should count as its failure
+    (docs/recovery.md#central-resolver)."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - len(CUT)] + CUT

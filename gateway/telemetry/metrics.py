@@ -61,6 +61,8 @@ class ResolverOutcome(StrEnum):
     TIMEOUT = "timeout"
     ERROR = "error"
     CIRCUIT_OPEN = "circuit_open"
+    UNSENDABLE = "unsendable"
+    """The request did not fit the resolver's wire: not asked, not its failure."""
 
 
 REQUESTS = Counter(
