@@ -148,6 +148,14 @@ class RouteSpec(Strict):
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
+        if "@" in value.partition("://")[2].partition("/")[0]:
+            # Never sent upstream (the client's own credentials are forwarded), but it would
+            # sit in the start-up log and on the console: refused, and not echoed here.
+            raise ValueError(
+                "user information (user:password@) in the URL is never sent upstream and "
+                "would be shown in logs and on the console: remove it; the upstream gets the "
+                "caller's own Authorization header"
+            )
         if not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", value):
             raise ValueError(f"{value!r} must be an http:// or https:// URL with a host")
         return value.rstrip("/")
