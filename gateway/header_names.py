@@ -35,11 +35,16 @@ RELAY_SIGNATURE = "X-Mendpoint-Relay"
 port (gateway.config.session_keys); the port refuses a request without a valid one, and only
 then is `X-Mendpoint-Peer` believed from another machine."""
 
+OWN_HEADERS = (RELAYED_PEER, RELAY_SIGNATURE)
+"""The headers only the gateway writes, between its own processes: never forwarded upstream,
+whoever sent them (a client's copy would reach the upstream as the gateway's word)."""
+
 __all__ = [
     "ACCEPT",
     "ERROR_FORMAT",
     "MCP_PROTOCOL_VERSION",
     "MCP_SESSION_ID",
+    "OWN_HEADERS",
     "RELAYED_PEER",
     "RELAY_SIGNATURE",
     "REQUEST_ID",

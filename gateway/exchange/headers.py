@@ -17,7 +17,7 @@ import re
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.header_names import REQUEST_ID
+from gateway.header_names import OWN_HEADERS, REQUEST_ID
 
 HOP_BY_HOP = frozenset(
     {
@@ -100,9 +100,10 @@ def connection_named(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> froze
 
 
 # Precomputed once: the success path filters every header of every request against these.
-DROPPED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST | TRUSTED_ONLY
+GATEWAY_OWN = frozenset(name.lower() for name in OWN_HEADERS)
+DROPPED_ON_REQUEST = HOP_BY_HOP | REPLACED_ON_REQUEST | TRUSTED_ONLY | GATEWAY_OWN
 # From a trusted proxy only what describes this hop is replaced; its forwarding headers stay.
-DROPPED_FROM_TRUSTED = HOP_BY_HOP | {"host", REQUEST_ID.lower()}
+DROPPED_FROM_TRUSTED = HOP_BY_HOP | GATEWAY_OWN | {"host", REQUEST_ID.lower()}
 
 
 # `Connection` values that name no other header; nearly every message carries one of these.
