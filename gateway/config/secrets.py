@@ -11,11 +11,16 @@ can be rotated without a window of refusals. Messages about a token never quote 
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import ssl
+
+log = logging.getLogger("mendpoint.config")
 
 TOKEN_ENV = "MENDPOINT_RESOLVER_TOKEN_FILE"
 ADMIN_TOKEN_ENV = "MENDPOINT_ADMIN_TOKEN_FILE"
@@ -30,9 +35,11 @@ class TokenError(ValueError):
 
 
 def read_tokens(path: str) -> tuple[str, ...]:
-    """The non-empty lines of `path`, each a token of visible ASCII of at least 16 characters."""
+    """The non-empty lines of `path`, each a token of visible ASCII of at least 16 characters,
+    from a file no other user can read (`private_enough`)."""
     try:
         with open(path, "rb") as handle:
+            private_enough(path, os.fstat(handle.fileno()))
             raw = handle.read(MAX_TOKEN_FILE_BYTES + 1)
     except OSError as exc:
         raise TokenError(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -57,6 +64,28 @@ def read_tokens(path: str) -> tuple[str, ...]:
     if not tokens:
         raise TokenError(f"{path} holds no token")
     return tuple(tokens)
+
+
+def private_enough(path: str, status: os.stat_result) -> None:
+    """A secret file every user can read is refused, as ssh refuses such a key: the fix is
+    `chmod 600`, or `defaultMode: 0400` (0440 with `fsGroup`) for a Kubernetes Secret, whose
+    default 0644 is readable by every user of the node's container. Readable by its group is
+    accepted when this process is in that group (Kubernetes' `fsGroup` mounts a Secret 0440
+    for the pod's own group), and said loudly otherwise (docs/security.md#secret-files)."""
+    mode = stat.S_IMODE(status.st_mode)
+    if mode & stat.S_IROTH:
+        raise TokenError(
+            f"{path} is readable by every user (mode {mode:04o}): chmod 600 {path}, or mount "
+            "its Kubernetes Secret with defaultMode: 0400 (0440 with fsGroup)"
+        )
+    if mode & stat.S_IRGRP and status.st_gid not in {os.getegid(), *os.getgroups()}:
+        log.warning(
+            "%s is readable by group %d, which this process is not in (mode %04o): chmod 600 %s",
+            path,
+            status.st_gid,
+            mode,
+            path,
+        )
 
 
 class TlsError(ValueError):

@@ -18,6 +18,7 @@ import pytest
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
+from tests.support.secrets import write_secret
 
 CONFIG = "gateway.yaml"
 HEAD = "routes:\n  - name: api\n    upstream: http://127.0.0.1:9000\n"  # lines 1-3
@@ -583,7 +584,7 @@ def _write(tmp_path: Path, case: Bad) -> str:
     for name, text in case.files.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_secret(path, text)  # as a token or key file must be: the owner's alone
     config = tmp_path / CONFIG
     config.write_text(case.text, encoding="utf-8")
     return str(config)

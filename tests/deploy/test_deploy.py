@@ -30,6 +30,7 @@ from gateway.telemetry.metrics import REGISTRY
 from tests.support.fleet import program, wait_port
 from tests.support.paths import DEPLOY
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 
 MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
 K8S_VERSION = "1.30.0"
@@ -210,6 +211,24 @@ def secrets() -> dict[str, dict[str, str]]:
     return found
 
 
+KUBERNETES_DEFAULT_MODE = 0o644
+"""A Secret or ConfigMap volume's files when the manifest names no `defaultMode`."""
+
+
+def test_no_secret_is_mounted_readable_by_every_user() -> None:
+    """The gateway refuses a token or key file every user can read (docs/security.md)."""
+    mounted = [
+        (path.name, volume["name"], volume["secret"].get("defaultMode", KUBERNETES_DEFAULT_MODE))
+        for path in MANIFESTS
+        for doc in documents(path)
+        if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet")
+        for volume in doc["spec"]["template"]["spec"].get("volumes", [])
+        if "secret" in volume
+    ]
+    assert mounted, "the manifests mount no Secret: this test checks nothing"
+    assert [m for m in mounted if m[2] & 0o004] == []
+
+
 def _materialise(
     doc: dict[str, Any], config_maps: dict[str, dict[str, str]], root: Path
 ) -> dict[str, Path]:
@@ -218,7 +237,14 @@ def _materialise(
     pod = doc["spec"]["template"]["spec"]
     volumes = {v["name"]: v["configMap"] for v in pod["volumes"] if "configMap" in v}
     volumes.update(
-        {v["name"]: {"name": v["secret"]["secretName"]} for v in pod["volumes"] if "secret" in v}
+        {
+            v["name"]: {
+                "name": v["secret"]["secretName"],
+                "defaultMode": v["secret"].get("defaultMode", KUBERNETES_DEFAULT_MODE),
+            }
+            for v in pod["volumes"]
+            if "secret" in v
+        }
     )
     files: dict[str, Path] = {}
     for container in pod["containers"]:
@@ -232,6 +258,8 @@ def _materialise(
                 target = root / mount["mountPath"].lstrip("/") / item["path"]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(data[item["key"]])
+                # As the kubelet mounts it: the Secret's defaultMode (0644 unless it says).
+                target.chmod(item.get("mode", source.get("defaultMode", KUBERNETES_DEFAULT_MODE)))
                 files[f"{mount['mountPath']}/{item['path']}"] = target
     return files
 
@@ -425,7 +453,7 @@ def test_each_replica_loads_its_fleet_config_with_the_compose_secrets(tmp_path: 
         assert parse_host_port(sessions["listen"])[1] == 8492 != listen
         files = {}
         for secret in service["secrets"]:
-            (tmp_path / secret).write_text(OPERATOR_TOKEN + "\n")
+            write_secret(tmp_path / secret, OPERATOR_TOKEN + "\n")
             files[COMPOSE_SECRETS + secret] = str(tmp_path / secret)
         fleet = fleet | {
             "password_file": files[fleet["password_file"]],
@@ -489,7 +517,7 @@ def test_the_store_keeps_nothing_on_disk_and_answers_only_with_its_password(
     assert service["entrypoint"] == ["sh", "-c"] and service["secrets"] == ["fleet_redis_password"]
     (script,) = service["command"]
     assert f"{COMPOSE_SECRETS}fleet_redis_password" in script and OPERATOR_TOKEN not in script
-    (tmp_path / "fleet_redis_password").write_text(OPERATOR_TOKEN)
+    write_secret(tmp_path / "fleet_redis_password", OPERATOR_TOKEN)
     port = free_port()
     local = (
         script.replace("$$", "$")  # compose's escape of a literal $

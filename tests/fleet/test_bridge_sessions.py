@@ -31,6 +31,7 @@ from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, sample
 from tests.support.mcp import INIT, INITIALIZED, call
 from tests.support.paths import MCP_SERVERS
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 from tests.support.waits import patience
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]
@@ -69,7 +70,7 @@ def prepare(directory: Path) -> Path:
     """The fleet's folders and its session key file."""
     (directory / "redis").mkdir(parents=True, exist_ok=True)
     key_file = directory / "session.key"
-    key_file.write_text(SECRET + "\n")
+    write_secret(key_file, SECRET + "\n")
     return key_file
 
 

@@ -23,6 +23,7 @@ from gateway.feedback.store import SEP, FleetStore
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.fleet import RedisServer
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 from tests.support.waits import patience
 
 WINDOW_S = 1.0
@@ -261,7 +262,7 @@ async def test_the_password_comes_from_its_file_and_a_wrong_one_is_a_store_down(
 
 async def store_up_with(tmp_path: Path, redis: RedisServer, password: str) -> bool:
     """Whether a store configured with `password` in its password_file connects."""
-    (tmp_path / "password").write_text(password + "\n")
+    write_secret(tmp_path / "password", password + "\n")
     config = tmp_path / "gateway.yaml"
     config.write_text(
         "routes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n"

@@ -33,6 +33,7 @@ from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.paths import REPO
 from tests.support.ports import free_port
 from tests.support.recovery import CSV_RULE, csv_failing_upstream
+from tests.support.secrets import write_secret
 
 TOKEN = "4f6c1a0e9b2d7c3e8a5f1b0c6d2e9a7f"
 OTHER = "0000000000000000aaaaaaaaaaaaaaaa"
@@ -55,8 +56,7 @@ REQUEST = {
 
 
 def write(path: Path, text: str) -> str:
-    path.write_text(text)
-    return str(path)
+    return str(write_secret(path, text))
 
 
 @contextlib.asynccontextmanager
@@ -140,13 +140,13 @@ async def test_401_without_the_token_200_with_it(via: str, tmp_path: Path) -> No
 
 async def test_a_rotated_token_file_is_read_again(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
+    write_secret(token_file, TOKEN)
     async with resolver(tmp_path, "--token-file", str(token_file)) as (base, _):
         assert await post(base, TOKEN) == 200
-        token_file.write_text(f"{OTHER}\n{TOKEN}\n")  # both accepted while gateways move over
+        write_secret(token_file, f"{OTHER}\n{TOKEN}\n")  # both accepted while gateways move over
         await asyncio.sleep(1.2)
         assert await post(base, OTHER) == 200 and await post(base, TOKEN) == 200
-        token_file.write_text(OTHER)
+        write_secret(token_file, OTHER)
         await asyncio.sleep(1.2)
         assert await post(base, TOKEN) == 401 and await post(base, OTHER) == 200
 

@@ -21,6 +21,7 @@ from gateway.resolve.service import RecoveryService
 from tests.support.catalog import CATALOG
 from tests.support.gateway import StartGateway, StartUpstream
 from tests.support.recovery import CSV_RULE, csv_failing_upstream
+from tests.support.secrets import write_secret
 
 TOKEN = "9c0ffee5ecre7t0k3n4gatewayonly00"
 HOSTILE_HEADERS = {
@@ -68,7 +69,7 @@ async def test_a_hostile_caller_cannot_change_what_the_resolver_receives(
 ) -> None:
     received: list[tuple[list[tuple[str, str]], str, bytes]] = []
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
+    write_secret(token_file, TOKEN)
     resolver_app = build_resolver_app(RecoveryService(CATALOG, 3), TokenFile(str(token_file)))
 
     @web.middleware

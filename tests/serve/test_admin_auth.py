@@ -34,6 +34,7 @@ from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, supervised
 from tests.support.paths import REPO
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 from tests.support.waits import patience
 
 TOKEN = "a1f0c3b2d4e6f8091a2b3c4d5e6f7081"
@@ -58,9 +59,7 @@ def leaky_upstream() -> web.Application:
 
 
 def token_file(tmp_path: Path, *tokens: str, name: str = "admin-token") -> Path:
-    path = tmp_path / name
-    path.write_text("".join(f"{t}\n" for t in tokens))
-    return path
+    return write_secret(tmp_path / name, "".join(f"{t}\n" for t in tokens))
 
 
 async def status_of(url: str, token: str | None = None) -> int:
@@ -243,7 +242,7 @@ def test_a_bad_token_file_is_a_config_error_with_its_line(
 ) -> None:
     monkeypatch.delenv(ADMIN_TOKEN_ENV, raising=False)
     if content is not None:
-        (tmp_path / "admin-token").write_text(content)
+        write_secret(tmp_path / "admin-token", content)
     path = tmp_path / "gateway.yaml"
     path.write_text(
         "routes: [{name: api, upstream: 'http://127.0.0.1:9'}]\nadmin_token_file: admin-token\n"
@@ -252,7 +251,7 @@ def test_a_bad_token_file_is_a_config_error_with_its_line(
         load_config(str(path))
     message = str(raised.value)
     assert f"{path}:2: admin_token_file:" in message and problem in message
-    (tmp_path / "admin-token").write_text(f"{TOKEN}\n")  # relative to the config file
+    write_secret(tmp_path / "admin-token", f"{TOKEN}\n")  # relative to the config file
     assert load_config(str(path)).admin_token_file == str(tmp_path / "admin-token")
 
 

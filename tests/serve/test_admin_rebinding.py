@@ -24,6 +24,7 @@ from gateway.serve import workers
 from gateway.serve.admin_guard import answered_host
 from tests.support.gateway import StartGateway, StartUpstream, supervised
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 
 GUARDED = ("/metrics", "/gaps", "/followups", "/ui", "/ui/static/console.css", "/no-such-path")
 PROBES = ("/healthz", "/readyz")
@@ -97,7 +98,7 @@ async def test_with_a_token_the_token_decides_whatever_the_host(
     """A rebound page has no token to send: 401; a scraper naming a Service has one: 200."""
     upstream = await start_upstream(ok_app())
     tokens = tmp_path / "admin-token"
-    tokens.write_text(TOKEN + "\n")
+    write_secret(tokens, TOKEN + "\n")
     config = {"admin_token_file": str(tokens), "routes": [{"name": "api", "upstream": upstream}]}
     gateway = await start_gateway(config, admin="127.0.0.1:0")
     assert gateway.server.admin_address is not None

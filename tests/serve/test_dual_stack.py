@@ -23,6 +23,7 @@ from gateway.serve import workers
 from tests.support.gateway import StartGateway, StartUpstream, route_config, supervised, wait_ready
 from tests.support.paths import REPO
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 
 
 def has_ipv6_loopback() -> bool:
@@ -96,7 +97,7 @@ RESOLVE = {
 
 async def test_the_resolver_on_any_ipv6_serves_both_families(tmp_path: Path) -> None:
     token = "4f6c1a0e9b2d7c3e8a5f1b0c6d2e9a7f"
-    (tmp_path / "token").write_text(token + "\n")
+    write_secret(tmp_path / "token", token + "\n")
     (tmp_path / "catalog.yaml").write_text("skills: []\n")
     port = free_port()
     log = tmp_path / "resolver.log"

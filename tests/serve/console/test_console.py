@@ -39,6 +39,7 @@ from tests.support.agents import (
 from tests.support.browser import Browser
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.paths import REPO
+from tests.support.secrets import write_secret
 
 XSS_SIGNATURE = "<script>window.__xss = 1</script> is not a known widget"
 XSS_BODY_HTML = '<img src=x onerror="window.__xss = 2">'
@@ -378,7 +379,7 @@ async def test_with_a_token_the_console_is_refused_until_signed_in(
 ) -> None:
     upstream = await start_upstream(widgets_app())
     token_file = tmp_path / "admin-token"
-    token_file.write_text(TOKEN + "\n")
+    write_secret(token_file, TOKEN + "\n")
     config = {
         "admin_token_file": str(token_file),
         "routes": [{"name": "api", "prefix": "/", "upstream": upstream}],
