@@ -254,7 +254,6 @@ def test_a_request_is_refused_whole_or_forwarded_once_inside_its_route(tmp_path:
         host, port = runner.run(server.start("127.0.0.1:0"))
         outcomes: dict[int, int] = {}
         try:
-
             # Derandomized: the same 150 requests every run. Random ones reached 400 only 12
             # times in one run of many (the check below wants 20): a flake, not a finding.
             @settings(
