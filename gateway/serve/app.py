@@ -76,7 +76,7 @@ def build_app(
     app = web.Application()
     app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
     app[CAPTURES] = Captures()
-    app.on_cleanup.append(_flush_captures)
+    app.on_cleanup.append(_close_captures)
     app[FOLLOWUP_BOOK] = followups or FollowupBook(loaded.config.followups, origin=os.getpid())
     app.cleanup_ctx.append(_sweep_followups)
     app[REQUEST_OBSERVERS] = request_observers.declared(app[FOLLOWUP_BOOK])
@@ -115,8 +115,8 @@ async def _sweep_followups(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def _flush_captures(app: web.Application) -> None:
-    await app[CAPTURES].flush()
+async def _close_captures(app: web.Application) -> None:
+    await app[CAPTURES].close()
 
 
 async def _close_resolver(app: web.Application) -> None:
