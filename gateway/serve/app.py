@@ -21,8 +21,8 @@ from aiohttp import web
 from gateway.config.errors import ConfigError, Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
-from gateway.config.models import GatewayConfig, TelemetrySpec
-from gateway.config.watch import ConfigWatcher, reloaded_config
+from gateway.config.models import TelemetrySpec
+from gateway.config.watch import ConfigRecord, ConfigWatcher, reloaded_config
 from gateway.exchange.connection import (
     AnyPathResource,
     AsteriskResource,
@@ -129,6 +129,7 @@ class GatewayServer:
     def __init__(self, loaded: LoadedConfig, config_path: str | None = None) -> None:
         require_c_parser()
         self.config_path = config_path
+        self.record = ConfigRecord(loaded)  # GET /config; the files the watcher polls
         self.signatures = SignatureBook()
         self.followups = FollowupBook(loaded.config.followups, origin=os.getpid())
         self.shared = shared.connect(loaded, self.followups, self.signatures)
@@ -229,6 +230,7 @@ class GatewayServer:
                 tokens=tokens,
                 shared=self.shared,
                 config=lambda: self.loaded,
+                config_status=self.record.to_json,
                 hosts=self.loaded.config.admin_hosts,
             ),
             access_log=None,
@@ -255,10 +257,11 @@ class GatewayServer:
             return False
         loop = asyncio.get_running_loop()
         try:
-            running = self.loaded.config
+            running = self.loaded
             state = await loop.run_in_executor(None, self._build, self.config_path, running)
         except ConfigError as exc:
             RELOADS.labels(result="failure").inc()
+            self.record.failed(exc)
             log.error("config reload failed; keeping the running config:\n%s", exc)
             return False
         holder = self.app[STATE]
@@ -267,13 +270,14 @@ class GatewayServer:
         config = state.exchange.config
         self.followups.configure(config.followups)
         set_access_log(config.log.access)
+        self.record.loaded(state.exchange.loaded)
         RELOADS.labels(result="success").inc()
         rules = len(state.exchange.loaded.rules)
         log.info("config reloaded from %s (%d rules)", self.config_path, rules)
         self._retire(old)
         return True
 
-    def _build(self, path: str, running: GatewayConfig) -> Generation:
+    def _build(self, path: str, running: LoadedConfig) -> Generation:
         """The next generation, from the file; run in a thread (loading and compiling)."""
         tools = self.app[mcp_runtime.MCP_RUNTIME].tools
         loaded = reloaded_config(path, running)
@@ -412,7 +416,7 @@ async def serve_forever(
         task.add_done_callback(pending.discard)
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
-    watcher = ConfigWatcher(lambda: server.loaded.files, server.reload)
+    watcher = ConfigWatcher(server.record.files, server.reload)
     if config_path is not None:
         watcher.start()
     if supervisor is not None:
