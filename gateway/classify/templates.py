@@ -69,7 +69,7 @@ def build_failure(
         retry_after_ms=retry_after,
         fix_required=error.fix_required.format_map(values) if error.fix_required else None,
         fix_command=commands[error.fix_command] if error.fix_command else None,
-        suggestion=error.suggestion,
+        suggestion=error.suggestion.format_map(values) if error.suggestion else None,
         recovery_intent=error.recovery_intent,
         rule_id=rule.id,
         from_default_rule=rule.is_default,
