@@ -85,8 +85,8 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
 
     A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". An
     HTML error page gives its heading and first paragraph (`html_message`), an XML error
-    document its `<Message>` (`xml_message`), a plain-text body its first line past any
-    banner (`text_message`).
+    document its `<Message>`, `<faultstring>` or `<Reason>` (`xml_message`), a plain-text
+    body its first line past any banner (`text_message`).
     """
     body = obs.json
     if isinstance(body, dict | list):

@@ -318,6 +318,11 @@ async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
         # A number, or digits in a string, only repeats the status: the words name the draft.
         ({"code": 404, "message": "Widget 7 is gone"}, "WIDGET_IS_GONE"),
         ({"code": "404", "message": "Widget 7 is gone"}, "WIDGET_IS_GONE"),
+        # The older APIs' spelling (Salesforce, many Java and .NET ones).
+        (
+            {"errorCode": "INVALID_SESSION_ID", "errorMessage": "Session expired"},
+            "INVALID_SESSION_ID",
+        ),
     ],
 )
 def test_a_draft_is_named_by_the_upstreams_own_code(body: dict[str, Any], code: str) -> None:
