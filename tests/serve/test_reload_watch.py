@@ -15,11 +15,13 @@ import aiohttp
 import pytest
 import yaml
 
+from gateway.serve import workers
 from tests.support.gateway import (
     StartUpstream,
     slow_gone_app,
     start_process,
     stop_process,
+    supervised,
     wait_ready,
 )
 from tests.support.ports import free_port
@@ -178,3 +180,35 @@ async def until_status(
 
 def json_text(*answers: dict[str, Any]) -> str:
     return yaml.safe_dump(list(answers))
+
+
+@pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
+async def test_under_workers_the_supervisor_and_every_worker_watch_the_broken_include(
+    start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    upstream = await start_upstream(slow_gone_app())
+    port, admin = free_port(), free_port()
+    config: dict[str, Any] = {
+        "listen": f"127.0.0.1:{port}",
+        "admin": f"127.0.0.1:{admin}",
+        "routes": [{"name": "api", "upstream": upstream}],
+        "include": ["first.yaml"],
+    }
+    path, first, second = (tmp_path / f"{n}.yaml" for n in ("gateway", "first", "second"))
+    write_yaml(first, gone_rule("FIRST"))
+    write_yaml(path, config)
+    status_url, url = f"http://127.0.0.1:{admin}/config", f"http://127.0.0.1:{port}/thing"
+    async with supervised(path, f"127.0.0.1:{admin}", tmp_path), aiohttp.ClientSession() as session:
+        config["include"] = ["second.yaml", "first.yaml"]
+        write_yaml(path, config)
+        failed = await until_status(session, status_url, {}, lambda s: s["last_error"])
+        assert str(second) in failed["files"] and failed["generation"] == 1
+        write_yaml(second, gone_rule("SECOND"))
+        fixed = await until_status(session, status_url, {}, lambda s: s["generation"] == 2)
+        assert fixed["last_error"] is None
+        deadline, in_a_row = time.monotonic() + patience(15), 0
+        while in_a_row < 16:  # a fresh connection each: the kernel spreads them over workers
+            assert time.monotonic() < deadline, "a worker kept the old config"
+            async with aiohttp.ClientSession() as fresh:
+                code = await code_of(fresh, url)
+            in_a_row = in_a_row + 1 if code == "SECOND" else 0
