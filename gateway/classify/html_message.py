@@ -1,5 +1,5 @@
 """The message of an HTML, plain-text or XML error page: its heading and first paragraph (or
-its first line, or its `<Message>`), never its source.
+its first line, or its `<Message>`, `<faultstring>` or `<Reason>`), never its source.
 
 Flask, Django and Express answer errors with HTML by default. The page's `<h1>` (else
 `<title>`) says what failed and its first `<p>` or `<pre>` says why; scripts, styles and
@@ -70,7 +70,20 @@ _STATUS_PREFIX = regex.compile(
 # and the words "Error" or "HTTP".
 _BANNER_LEAD = regex.compile(r"(?i)^[\p{S}\p{P}\p{Z}\p{M}\s]*(?:(?:error|http)\b[\s:#\-]*)?")
 _BANNER_TAIL = regex.compile(r"[\p{S}\p{P}\p{Z}\p{M}\s]+$")
-_XML_MESSAGE = regex.compile(r"<(?i:message)>\s*([^<]{1,2000}?)\s*</(?i:message)>")
+# The elements an XML error document says its message in, most specific first: `<Message>`
+# (S3 and AWS's query APIs, most XML REST APIs), SOAP 1.1's `<faultstring>`, SOAP 1.2's
+# `<Reason><Text>…</Text></Reason>` (and a plain `<reason>`); any namespace prefix, any case.
+XML_MESSAGE_ELEMENTS = ("message", "faultstring", "reason")
+_XML_ELEMENTS = tuple(
+    regex.compile(
+        rf"<(?:[\w.\-]{{1,64}}:)?(?i:{name})(?:\s[^<>]{{0,500}})?>(.{{1,2000}}?)"
+        rf"</(?:[\w.\-]{{1,64}}:)?(?i:{name})\s*>",
+        regex.DOTALL,
+    )
+    for name in XML_MESSAGE_ELEMENTS
+)
+_XML_CDATA = regex.compile(r"<!\[CDATA\[(.*?)\]\]>", regex.DOTALL)
+_XML_TAG = regex.compile(r"<[^<>]{0,500}>")
 _SENTENCE_END = (".", "!", "?", ":", ";", ",")
 
 
@@ -102,12 +115,31 @@ def looks_like_xml(content_type: str, text: str) -> bool:
 
 
 def xml_message(text: str) -> str | None:
-    """The first `<Message>` of an XML error document (AWS S3 and the query protocols:
-    `<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message>`)."""
-    found = _XML_MESSAGE.search(text[:SCAN_CHARS])
-    if found is None:
-        return None
-    return _clean(html.unescape(found.group(1))) or None
+    """The words of an XML error document: its first `<Message>` (AWS S3 and the query
+    protocols: `<Error><Code>NoSuchKey</Code><Message>The specified key does not
+    exist.</Message>`), else a SOAP fault's `<faultstring>`, else its `<Reason>` (SOAP 1.2's
+    holds a `<Text>`); one that only repeats a status is passed over for the next, as a JSON
+    message path's is, and kept only when none says more."""
+    head = text[:SCAN_CHARS]
+    lowered = head.lower()
+    phrase: str | None = None
+    for name, element in zip(XML_MESSAGE_ELEMENTS, _XML_ELEMENTS, strict=True):
+        found = element.search(head) if f"{name}>" in lowered else None
+        if found is None:
+            continue
+        words = _xml_text(found.group(1))
+        if words and not says_only_status(words):
+            return words
+        phrase = phrase or words or None
+    return phrase
+
+
+def _xml_text(inner: str) -> str:
+    """An element's text: CDATA as written, nested elements' text joined, entities unescaped."""
+    texts = []
+    for start, piece in enumerate(_XML_CDATA.split(inner)):
+        texts.append(piece if start % 2 else html.unescape(_XML_TAG.sub(" ", piece)))
+    return _clean(" ".join(texts))
 
 
 def looks_like_plain_text(content_type: str, text: str) -> bool:

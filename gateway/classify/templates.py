@@ -69,7 +69,7 @@ def build_failure(
         retry_after_ms=retry_after,
         fix_required=error.fix_required.format_map(values) if error.fix_required else None,
         fix_command=commands[error.fix_command] if error.fix_command else None,
-        suggestion=error.suggestion,
+        suggestion=error.suggestion.format_map(values) if error.suggestion else None,
         recovery_intent=error.recovery_intent,
         rule_id=rule.id,
         from_default_rule=rule.is_default,
@@ -85,8 +85,8 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
 
     A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". An
     HTML error page gives its heading and first paragraph (`html_message`), an XML error
-    document its `<Message>` (`xml_message`), a plain-text body its first line past any
-    banner (`text_message`).
+    document its `<Message>`, `<faultstring>` or `<Reason>` (`xml_message`), a plain-text
+    body its first line past any banner (`text_message`).
     """
     body = obs.json
     if isinstance(body, dict | list):

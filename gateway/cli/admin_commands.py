@@ -79,10 +79,11 @@ def _followups_table(payload: dict[str, Any], rows: list[dict[str, Any]]) -> Non
     heads = [c.replace("retried_", "r_").replace("failed_", "f_") for c in columns]
     widths = [max(8, len(h)) for h in heads]
     cells = " ".join(f"{h:>{w}}" for h, w in zip(heads, widths, strict=True))
-    print(f"{'route':<12} {'code':<24} {'failures':>8} {cells}")
+    print(f"{'route':<12} {'code':<24} {'failures':>8} {'open':>8} {cells}")
     for row in rows:
         counts = " ".join(f"{row.get(c, 0):>{w}}" for c, w in zip(columns, widths, strict=True))
-        print(f"{row['route']:<12} {row['code']:<24} {row['failures']:>8} {counts}")
+        failures, still = row["failures"], row.get("open", 0)
+        print(f"{row['route']:<12} {row['code']:<24} {failures:>8} {still:>8} {counts}")
     print()
     for row in rows:
         print(f"- {row['route']} {row['code']}: {reading(row)}")

@@ -30,6 +30,9 @@ class ConfigError(Exception):
     def __init__(self, problems: list[Problem]) -> None:
         # Sorted by file and line, so a long report reads top to bottom through each file.
         self.problems = sorted(problems, key=lambda p: (p.file, p.line or 0))
+        self.files: tuple[str, ...] = ()
+        """The files the failed load named (absolute paths, those it could not read among
+        them), filled in by the loader: a reload watches them until one fixes the error."""
         super().__init__("\n".join(str(p) for p in self.problems))
 
     @classmethod

@@ -61,11 +61,15 @@ def load_config(path: str, doc: YamlDoc | None = None) -> LoadedConfig:
     `doc` is the file already read (`read_yaml(path)`), by a caller that needed its data
     before the models (`mendpoint stdio`, relay_limits.py): a file is read once.
     """
-    doc = read_yaml(path) if doc is None else doc
-    found = _Found()
-    config = found.validated(GatewayConfig, doc)
-    if config is None:
-        raise ConfigError(found.problems)
+    try:
+        doc = read_yaml(path) if doc is None else doc
+        found = _Found()
+        config = found.validated(GatewayConfig, doc)
+        if config is None:
+            raise ConfigError(found.problems)
+    except ConfigError as exc:
+        exc.files = (os.path.abspath(path),)
+        raise
     return _assemble(config, doc, os.path.dirname(path) or ".", found)
 
 
@@ -146,6 +150,8 @@ class _Found:
 def _assemble(
     config: GatewayConfig, doc: YamlDoc, base_dir: str, found: _Found | None = None
 ) -> LoadedConfig:
+    """Every file the config names joins `loaded.files` before it is read: the error of a
+    load that fails names them too (`ConfigError.files`), a missing one included."""
     found = found or _Found()
     loaded = LoadedConfig(
         config=config, source=doc.file, companions=config.companions, callers=config.callers
@@ -208,7 +214,9 @@ def _assemble(
     problems.extend(validate_loaded(loaded))
     problems = found.with_later(problems)
     if problems:
-        raise ConfigError(problems)
+        error = ConfigError(problems)
+        error.files = tuple(dict.fromkeys(loaded.files))
+        raise error
     return loaded
 
 
@@ -231,8 +239,8 @@ def _load_pack(
     if name is not None:
         return _load_builtin(name, loaded)
     path = entry if os.path.isabs(entry) else os.path.normpath(os.path.join(base_dir, entry))
+    loaded.files.append(os.path.abspath(path))  # before reading: a missing file is watched
     doc = read_yaml(path)
-    loaded.files.append(os.path.abspath(path))
     loaded.docs[doc.file] = doc
     if found is None:
         return validate_model(RulePack, doc), doc
@@ -305,12 +313,12 @@ def _add_keys_file(
     assert callers.keys_file is not None
     path = callers.keys_file
     path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    loaded.files.append(os.path.abspath(path))
     try:
         keys_doc = read_yaml(path)
         extra = validate_model(KeysFile, keys_doc).keys
     except ConfigError as exc:
         return exc.problems
-    loaded.files.append(os.path.abspath(path))
     problems: list[Problem] = []
     names = {k.name for k in callers.keys}
     digests = {k.key for k in callers.keys}
@@ -345,11 +353,11 @@ def _add_resolver_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> li
         path, file, field = spec.token_file, doc.file, "resolver.token_file"
         line = doc.line_of(("resolver", "token_file"))
     path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    loaded.files.append(os.path.abspath(path))
     try:
         loaded.resolver_token = read_tokens(path)[0]
     except TokenError as exc:
         return [Problem(file, line, field, str(exc))]
-    loaded.files.append(os.path.abspath(path))
     return []
 
 
@@ -358,6 +366,7 @@ def _add_admin_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[
 
     Only its path is kept: the admin listener reads the tokens itself, and again whenever the
     file changes, so a rotated Secret needs no reload (docs/security.md#admin-authentication).
+    Watched all the same: a reload checks it again, and says so when it has become unusable.
     """
     from_env = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
     configured = loaded.config.admin_token_file
@@ -370,6 +379,7 @@ def _add_admin_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[
         path, file, field = configured, doc.file, "admin_token_file"
         line = doc.line_of(("admin_token_file",))
     path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    loaded.files.append(os.path.abspath(path))
     try:
         read_tokens(path)
     except TokenError as exc:
@@ -392,7 +402,8 @@ def _add_resolver_tls(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list
 
 def _add_fleet(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Problem]:
     """The fleet store's password (first line of `fleet.password_file`) and TLS files, read
-    now so a missing or bad file is a config error, not a store that never connects."""
+    now so a missing or bad file is a config error, not a store that never connects (they
+    are watched; a reload after either changed says it takes effect on restart)."""
     spec = loaded.config.fleet
     if spec is None:
         return []
@@ -403,6 +414,7 @@ def _add_fleet(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Proble
     if spec.password_file is not None:
         path = spec.password_file
         path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+        loaded.files.append(os.path.abspath(path))
         try:
             loaded.fleet_password = read_tokens(path)[0]
         except TokenError as exc:
@@ -410,6 +422,7 @@ def _add_fleet(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Proble
             problems.append(Problem(doc.file, line, "fleet.password_file", str(exc)))
     if spec.sessions is not None:
         path = os.path.normpath(os.path.join(base_dir, spec.sessions.key_file))  # abs: itself
+        loaded.files.append(os.path.abspath(path))
         try:
             loaded.session_keys = read_session_keys(path)
         except TokenError as exc:

@@ -343,18 +343,23 @@ DEFAULT_MESSAGE_PATHS = (
     "error.message",
     "message",
     "Message",
+    "errorMessage",
     "detail",
     "description",
     "error_description",
+    "errorDescription",
     "errors[*].message",
     "errors[*].detail",
+    "msg",
     "error",
     "title",
 )
 """Where the common error shapes keep their words, most specific first: `Message` (AWS
-JSON), `description` (Falcon), `errors[*]` (GraphQL, JSON:API, the OCI registry), a string
-`error` before a `title` (Datasette):
-docs/rules.md#message_paths-and-extra_message_paths-config."""
+JSON), `errorMessage` (AWS Lambda, Salesforce and older Java and .NET APIs) beside them,
+`description` (Falcon), `error_description` (OAuth) and its camel-case spelling, `errors[*]`
+(GraphQL, JSON:API, the OCI registry), a bare `msg` (Flask-JWT-Extended, many Go and Node
+APIs), and a string `error` before a `title` (Datasette), both of which often only name the
+kind of error: docs/rules.md#message_paths-and-extra_message_paths-config."""
 
 
 def _network(value: str) -> str:

@@ -7,6 +7,7 @@ compiled once per process however many rules or reloads share it.
 from __future__ import annotations
 
 import functools
+import string
 from typing import Any
 
 import regex
@@ -165,9 +166,18 @@ def parse_status(spec: int | str) -> tuple[int, int]:
 
 
 def placeholders(template: str) -> set[str]:
-    """The `{name}` placeholders of a message template (`{{` and `}}` are literal braces)."""
+    """The `{name}` placeholders of a template (`message`, `fix_required`, `suggestion`;
+    `{{` and `}}` are literal braces). ValueError for what `str.format_map` would refuse at
+    the first failure instead of filling: a lone brace, a conversion or format spec."""
     names: set[str] = set()
-    for match in regex.finditer(r"\{\{|\}\}|\{([^{}]*)\}", template):
-        if match.group(1) is not None:
-            names.add(match.group(1))
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"{exc}: write a literal brace twice ({{{{ or }}}})") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if spec or conversion:
+            raise ValueError(f"{{{name}...}}: a placeholder is a name alone, with no ! or :")
+        names.add(name)
     return names

@@ -15,9 +15,12 @@ from gateway.failure import Mode
 
 
 class CaptureSpec(Strict):
-    """Failing exchanges recorded for `mendpoint suggest` (docs/rules.md); off by default."""
+    """Failing exchanges recorded for `mendpoint suggest` (docs/rules.md); off by default.
+    The directory is a ring: past `max_files` or `max_bytes` the oldest file makes room."""
 
     dir: str = Field(min_length=1)
+    only: Literal["unmatched", "all"] = "unmatched"
+    """Which failures: those only a shipped fallback named (what a draft is for), or all."""
     rate: float = Field(default=1.0, ge=0, le=1)
     max_files: int = Field(default=1000, ge=1, le=1_000_000)
     max_bytes: int = Field(default=50 << 20, ge=1024, le=1 << 34)

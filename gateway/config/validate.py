@@ -221,7 +221,7 @@ def rule_problems(
     for index, name in enumerate(match.routes or []):
         if name not in route_names:
             out.append((("match", "routes", index), f"no route is named {name!r}"))
-    for field_name in ("message", "fix_required"):
+    for field_name in ("message", "fix_required", "suggestion"):
         template = getattr(error, field_name)
         if template is None:
             continue

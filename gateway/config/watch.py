@@ -4,6 +4,11 @@ reads (the file again, with the settings that take effect on restart kept as the
 Polls the files' modification time, size and inode (portable, no extra dependency) and waits
 for them to stay unchanged for `debounce_s` before firing, so an editor's write-rename or a
 ConfigMap symlink swap triggers one reload, not several half-written ones.
+
+The files watched are those of the running config and those the last reload named, if it
+failed (`ConfigRecord`): an `include:` file that broke a reload, or was missing, is watched
+until a reload succeeds, so fixing it is enough. The same record is what the admin
+listener's `GET /config` answers: the generation, when it loaded, the files, the last error.
 """
 
 from __future__ import annotations
@@ -12,11 +17,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
-from gateway.config.models import GatewayConfig
 
 log = logging.getLogger("mendpoint.reload")
 
@@ -96,18 +104,78 @@ class ConfigWatcher:
             seen = fingerprint(self._files())
 
 
-def reloaded_config(path: str, running: GatewayConfig, *, quiet: bool = False) -> LoadedConfig:
+def reloaded_config(path: str, running: LoadedConfig, *, quiet: bool = False) -> LoadedConfig:
     """A reloaded file, with the running process's restart-only settings: a reload that
     changes them says so (unless `quiet`: the supervisor, whose workers say it) and changes
     nothing they govern (a 413's limit, the limit a refusal's fix names), so what the
-    gateway enforces and what it says agree (ConfigError when the file is bad)."""
+    gateway enforces and what it says agree (ConfigError when the file is bad). The fleet's
+    password and session keys are read from files `fleet` names: they are kept as well."""
     loaded = load_config(path)
     kept = {}
     for key in RESTART_ONLY:
-        if getattr(running, key) != getattr(loaded.config, key):
+        if getattr(running.config, key) != getattr(loaded.config, key):
             if not quiet:
                 log.warning("config reload: %r changed; it takes effect on restart", key)
-            kept[key] = getattr(running, key)
+            kept[key] = getattr(running.config, key)
     if kept:
         loaded.config = loaded.config.model_copy(update=kept)
+    for name, key in (("fleet_password", "password_file"), ("session_keys", "sessions.key_file")):
+        if getattr(loaded, name) != getattr(running, name):
+            if not quiet:
+                log.warning("config reload: fleet.%s changed; it takes effect on restart", key)
+            setattr(loaded, name, getattr(running, name))
     return loaded
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadError:
+    """A reload that failed: when, and what `mendpoint check` would print for it."""
+
+    at: float
+    message: str
+
+
+class ConfigRecord:
+    """The running config's generation, when it loaded, the files to watch, and the last
+    reload's error while no later one has succeeded (`GET /config`, docs/operations.md)."""
+
+    def __init__(self, loaded: LoadedConfig, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.generation = 1
+        self.loaded_at = clock()
+        self._running = tuple(loaded.files)
+        self._attempted: tuple[str, ...] = ()
+        self.last_error: ReloadError | None = None
+
+    def files(self) -> list[str]:
+        """The running config's files, then those only the failed reload named."""
+        return list(dict.fromkeys((*self._running, *self._attempted)))
+
+    def loaded(self, loaded: LoadedConfig) -> None:
+        """A reload succeeded: `loaded` runs now."""
+        self.generation += 1
+        self.loaded_at = self._clock()
+        self._running, self._attempted = tuple(loaded.files), ()
+        self.last_error = None
+
+    def failed(self, error: ConfigError) -> None:
+        """A reload failed: the running config stays, and the files it named are watched."""
+        self._attempted = error.files
+        self.last_error = ReloadError(self._clock(), str(error))
+
+    def to_json(self) -> dict[str, Any]:
+        error = self.last_error
+        return {
+            "generation": self.generation,
+            "loaded_at": rfc3339(self.loaded_at),
+            "files": self.files(),
+            "last_error": None
+            if error is None
+            else {"at": rfc3339(error.at), "message": error.message},
+        }
+
+
+def rfc3339(at: float) -> str:
+    """A wall-clock time as RFC 3339 in UTC, to the millisecond."""
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at))
+    return f"{whole}.{int(at * 1000) % 1000:03d}Z"

@@ -1,10 +1,17 @@
 """Recording failing exchanges for `mendpoint suggest` (a route's `capture:`; docs/rules.md).
 
-Only failures, never successes: the request's method and path, the response's status,
-selected headers and body (cut at `max_body_bytes`), and how the gateway classified it, all
-after the redaction step. Sampled (`rate`), bounded in files and bytes per directory
-(counted from what the directory already holds, so a restart keeps the bound), and written
-off the event loop; one JSON file per exchange. Off by default.
+Only failures, never successes, and by default only those no rule of the operator's or of a
+shipped pack named (`only: unmatched`: the rule that matched is a shipped fallback,
+`Classified.is_default`), the ones a draft is for: the request's method and path, the
+response's status, selected headers and body (cut at `max_body_bytes`), and how the gateway
+classified it, all after the redaction step. Sampled (`rate`) and written off the event loop,
+one JSON file per exchange, in the order they were recorded (one writer thread).
+
+Each directory is a ring bounded in files and bytes: past `max_files` or `max_bytes` the
+oldest file (by name, which starts with the time it was written in milliseconds, so the order
+survives a restart that reads the directory again) is removed to make room. What a bound cost
+is counted in `mendpoint_capture_dropped_total{route}` (a file replaced, or a failure not
+written at all) and said in a log line at most once a minute per route. Off by default.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ import logging
 import os
 import random
 import time
+from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,12 +33,14 @@ from gateway.classify.redact import Redactor
 from gateway.config.route_model import CaptureSpec
 from gateway.failure import Mode
 from gateway.observers import Classified, FailureNotes
+from gateway.telemetry.metrics import CAPTURE_DROPPED
 from gateway.text.json_text import Raw
 
 log = logging.getLogger("mendpoint.capture")
 
 SUFFIX = ".capture.json"
-MAX_PENDING = 64  # writes in flight; past it a capture is skipped rather than queued
+MAX_PENDING = 64  # writes in flight; past it a capture is not written rather than queued
+REPORT_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,22 +63,79 @@ class CapturedFailure:
 
 @dataclass
 class CaptureDir:
-    """The files and bytes one capture directory holds, and the writes under way."""
+    """The files one capture directory holds, oldest first, and the writes under way."""
 
     path: Path
-    files: int = 0
+    held: deque[tuple[str, int]] = field(default_factory=deque)
+    """(file name, bytes) of each capture file, oldest first."""
     size: int = 0
-    pending: set[asyncio.Future[None]] = field(default_factory=set)
+    pending: set[asyncio.Future[bool]] = field(default_factory=set)
 
     @classmethod
     def open(cls, path: str) -> CaptureDir:
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         found = cls(directory)
+        entries = []
         for entry in directory.glob(f"*{SUFFIX}"):
-            found.files += 1
-            found.size += entry.stat().st_size
+            try:
+                entries.append((entry.name, entry.stat().st_size))
+            except OSError:  # removed while being listed
+                continue
+        for name, size in sorted(entries):
+            found.held.append((name, size))
+            found.size += size
         return found
+
+    @property
+    def files(self) -> int:
+        return len(self.held)
+
+    def make_room(self, spec: CaptureSpec, size: int) -> list[str] | None:
+        """The oldest files to remove so that one more of `size` bytes fits the bounds, taken
+        off the books now; None when it cannot fit even in an empty directory."""
+        if size > spec.max_bytes:
+            return None
+        removed = []
+        while self.held and (len(self.held) >= spec.max_files or self.size + size > spec.max_bytes):
+            name, held = self.held.popleft()
+            self.size -= held
+            removed.append(name)
+        return removed
+
+
+class DropReport:
+    """What the capture bounds cost each route: counted at once, logged at most once per
+    `interval_s` per route with the counts since its last line."""
+
+    def __init__(self, interval_s: float = REPORT_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._since: dict[str, tuple[int, int]] = {}
+
+    def note(self, route: str, replaced: int = 0, dropped: int = 0, why: str = "") -> None:
+        if not replaced and not dropped:
+            return
+        CAPTURE_DROPPED.labels(route=route).inc(replaced + dropped)
+        before = self._since.get(route, (0, 0))
+        replaced, dropped = before[0] + replaced, before[1] + dropped
+        now = time.monotonic()
+        last = self._last.get(route)
+        if last is not None and now - last < self.interval_s:
+            self._since[route] = (replaced, dropped)
+            return
+        span = "" if last is None else f" in the last {now - last:.0f} s"
+        self._last[route] = now
+        self._since.pop(route, None)
+        log.warning(
+            "capture of route %s: %d oldest file(s) replaced and %d failure(s) not recorded%s"
+            "%s (mendpoint_capture_dropped_total; logged at most once a minute)",
+            route,
+            replaced,
+            dropped,
+            span,
+            f": {why}" if why else "",
+        )
 
 
 class Captures:
@@ -75,34 +143,46 @@ class Captures:
 
     def __init__(self) -> None:
         self._dirs: dict[str, CaptureDir] = {}
-        self.skipped = 0
+        self.report = DropReport()
+        self._writer: ThreadPoolExecutor | None = None
 
     def record(
         self, spec: CaptureSpec, exchange: CapturedFailure, redactor: Redactor, sample: float
     ) -> bool:
-        """Start writing `exchange` if it is sampled and fits the bounds; True if it was."""
+        """Start writing `exchange` if it is sampled, making room for it in the ring; True if
+        it was started."""
         if sample >= spec.rate:
             return False
+        route = exchange.route
         directory = self._dir(spec.dir)
-        if directory is None:
+        if isinstance(directory, str):
+            self.report.note(route, dropped=1, why=directory)
+            return False
+        if len(directory.pending) >= MAX_PENDING:
+            self.report.note(route, dropped=1, why="writes backed up")
             return False
         data = render(exchange, spec, redactor)
-        if (
-            directory.files >= spec.max_files
-            or directory.size + len(data) > spec.max_bytes
-            or len(directory.pending) >= MAX_PENDING
-        ):
-            self.skipped += 1
+        removed = directory.make_room(spec, len(data))
+        if removed is None:
+            self.report.note(route, dropped=1, why="a capture larger than max_bytes")
             return False
-        directory.files += 1
+        self.report.note(route, replaced=len(removed))
+        name = _safe(f"{int(time.time() * 1000)}-{exchange.request_id[:40]}{SUFFIX}")
+        directory.held.append((name, len(data)))
         directory.size += len(data)
-        name = f"{int(time.time() * 1000)}-{exchange.request_id[:40]}{SUFFIX}"
-        target = directory.path / _safe(name)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="mendpoint-capture")
         loop = asyncio.get_running_loop()
-        write = loop.run_in_executor(None, _write, target, data)
+        # One thread: the oldest files go before the new one is written, in order.
+        write = loop.run_in_executor(self._writer, _write, directory.path, name, data, removed)
         directory.pending.add(write)
         write.add_done_callback(directory.pending.discard)
+        write.add_done_callback(lambda done: self._written(route, done))
         return True
+
+    def _written(self, route: str, done: asyncio.Future[bool]) -> None:
+        if not done.cancelled() and done.exception() is None and not done.result():
+            self.report.note(route, dropped=1, why="the file could not be written")
 
     async def flush(self) -> None:
         """Wait for the writes under way (at shutdown, and in tests)."""
@@ -110,14 +190,21 @@ class Captures:
             if directory.pending:
                 await asyncio.gather(*directory.pending, return_exceptions=True)
 
-    def _dir(self, path: str) -> CaptureDir | None:
+    async def close(self) -> None:
+        """Flush, and end the writer thread (the app's cleanup)."""
+        await self.flush()
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)
+            self._writer = None
+
+    def _dir(self, path: str) -> CaptureDir | str:
+        """The directory, or why it cannot be used (tried again at the next failure)."""
         directory = self._dirs.get(path)
         if directory is None:
             try:
                 directory = self._dirs[path] = CaptureDir.open(path)
             except OSError as exc:
-                log.warning("capture directory %s cannot be used: %s", path, exc)
-                return None
+                return f"the directory {path} cannot be used: {exc.strerror or exc}"
         return directory
 
 
@@ -135,7 +222,7 @@ class CaptureObserver:
 
     def classified(self, event: Classified) -> None:
         spec = self.specs.get(event.route)
-        if spec is None:
+        if spec is None or (spec.only == "unmatched" and not event.is_default):
             return
         captured = CapturedFailure(
             route=event.route,
@@ -213,10 +300,24 @@ def load_dir(path: str, newest: int | None = None) -> list[dict[str, Any]]:
     return found
 
 
-def _write(target: Path, data: bytes) -> None:
+def _write(directory: Path, name: str, data: bytes, removed: list[str]) -> bool:
+    """Remove the files the ring let go, then write `name` (False if it could not be)."""
+    for old in removed:
+        try:
+            (directory / old).unlink()
+        except FileNotFoundError:  # removed by someone else (an operator, `suggest`)
+            pass
+        except OSError as exc:
+            log.debug("cannot remove capture %s: %s", old, exc)
+    target = directory / name
     temporary = target.with_suffix(".part")
-    temporary.write_bytes(data)
-    os.replace(temporary, target)  # readers never see half a file
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, target)  # readers never see half a file
+    except OSError as exc:
+        log.debug("cannot write capture %s: %s", target, exc)
+        return False
+    return True
 
 
 def _safe(name: str) -> str:

@@ -74,6 +74,7 @@ class Outcome(StrEnum):
 
 
 WASTED = (Outcome.RETRIED_UNCHANGED, Outcome.RETRIED_TOO_EARLY)
+OUTCOME_KEYS = tuple(o.value for o in Outcome)
 
 
 def digest(*parts: bytes | str) -> str:
@@ -107,6 +108,8 @@ class Answered:
     rule: str | None = None
     retryable: bool = False
     retry_after_ms: int | None = None
+    fix_required: bool = False
+    """The failure told the caller what to fix (a `fix_required`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,8 @@ class Settled:
 class CodeStats:
     rule: str
     failures: int = 0
+    with_fix: int = 0
+    """Failures that carried a `fix_required`: a reading about acting on it needs one."""
     outcomes: Counter[str] = field(default_factory=Counter)
     recovery_ms: deque[float] = field(default_factory=lambda: deque(maxlen=RECOVERY_SAMPLES))
 
@@ -269,7 +274,9 @@ class FollowupBook:
                 origin=self.origin,
                 where=attempt.where,
             )
-            self._stats_for(entry).failures += 1
+            stats = self._stats_for(entry)
+            stats.failures += 1
+            stats.with_fix += answered.fix_required
             self._insert(entry)
             if self.publish is not None:
                 self.publish({"op": "open", "entry": asdict(entry)})
@@ -327,13 +334,19 @@ class FollowupBook:
         return rank(self.rows())
 
     def rows(self) -> list[dict[str, Any]]:
-        """Unranked rows with raw recovery samples, for merging across workers."""
+        """Unranked rows with raw recovery samples, for merging across workers. `open`: its
+        own failures still in their window (a replica's is its opener's): summed, each once."""
+        still: Counter[tuple[str, str]] = Counter(
+            (e.route, e.code) for e in self._open.values() if e.origin == self.origin
+        )
         return [
             {
                 "route": route,
                 "code": code,
                 "rule": stats.rule,
                 "failures": stats.failures,
+                "open": still[(route, code)],
+                "with_fix_required": stats.with_fix,
                 **{o.value: stats.outcomes[o.value] for o in Outcome},
                 "recovery_samples_ms": list(stats.recovery_ms),
             }
@@ -395,13 +408,17 @@ class FollowupBook:
 
 
 def rank(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows as /followups shows them: the median recovery, sorted by wasted attempts."""
+    """Rows as /followups shows them: the median recovery, sorted by wasted attempts. A row
+    with no `open` (the fleet store's: it settles every failure once) gets the failures not
+    settled yet."""
     shown = []
     for row in rows:
         samples = row.get("recovery_samples_ms", [])
+        settled = sum(int(row.get(key, 0)) for key in OUTCOME_KEYS)
         shown.append(
             {
                 **{k: v for k, v in row.items() if k != "recovery_samples_ms"},
+                "open": row.get("open", max(0, int(row["failures"]) - settled)),
                 "recovery_p50_ms": round(statistics.median(samples), 1) if samples else None,
             }
         )
@@ -416,12 +433,12 @@ def merge(tables: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             slot = merged.setdefault(
                 (row["route"], row["code"]),
                 {"route": row["route"], "code": row["code"], "rule": row["rule"], "failures": 0}
-                | {o.value: 0 for o in Outcome}
+                | {key: 0 for key in OUTCOME_KEYS}
                 | {"recovery_samples_ms": []},
             )
-            slot["failures"] += row["failures"]
-            for outcome in Outcome:
-                slot[outcome.value] += row.get(outcome.value, 0)
+            for counted in ("failures", "open", "with_fix_required", *OUTCOME_KEYS):
+                if counted in row:
+                    slot[counted] = slot.get(counted, 0) + row[counted]
             slot["recovery_samples_ms"].extend(row.get("recovery_samples_ms", []))
     for slot in merged.values():
         slot["recovery_samples_ms"] = slot["recovery_samples_ms"][-RECOVERY_SAMPLES:]

@@ -78,6 +78,7 @@ class Watch:
             record.rule,
             bool(record.retryable),
             record.retry_after_ms,
+            record.fix_required,
         )
         settled = self.book.settle(attempt, answered, record.request_id, self.followed)
         if settled is not None:

@@ -119,7 +119,8 @@ class ExampleCode:
 # Where a body states a machine-readable code, most specific first: `error.code` (AIP-193,
 # Stripe), the OCI registry's and JSON:API's `errors[*].code`, GraphQL's
 # `errors[*].extensions.code`, AWS's `__type` (its namespace before `#` dropped) and `Code`,
-# Prometheus's `errorType`, a bare `code` or `type`, and OAuth's string `error`.
+# Prometheus's `errorType`, the older APIs' `errorCode` (Salesforce, many Java and .NET ones),
+# a bare `code` or `type`, and OAuth's string `error`.
 CODE_PATHS = tuple(
     parse_json_path(path)
     for path in (
@@ -129,6 +130,7 @@ CODE_PATHS = tuple(
         "__type",
         "Code",
         "errorType",
+        "errorCode",
         "code",
         "type",
         "error",

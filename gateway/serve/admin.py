@@ -1,4 +1,4 @@
-"""The admin listener: /metrics, /healthz, /readyz, /gaps and /followups, on its own port.
+"""The admin listener: /metrics, /healthz, /readyz, /gaps, /followups and /config, on its own port.
 
 Kept off the data-path port so probes and scrapes never compete with, or get routed like,
 client traffic, and so it can stay loopback-only while the gateway port is public. Where it
@@ -23,6 +23,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any
 
 from aiohttp import hdrs, web
 
@@ -64,6 +65,9 @@ GAPS: web.AppKey[GapsSource] = web.AppKey("mendpoint_gaps")
 METRICS: web.AppKey[Callable[[], bytes]] = web.AppKey("mendpoint_metrics")
 DETAILS: web.AppKey[Details | None] = web.AppKey("mendpoint_details")
 FOLLOWUPS: web.AppKey[FollowupsSource | None] = web.AppKey("mendpoint_followup_tables")
+ConfigStatus = Callable[[], dict[str, Any]]
+"""`GET /config`'s answer (gateway.config.watch.ConfigRecord.to_json), for the console too."""
+CONFIG_STATUS: web.AppKey[ConfigStatus | None] = web.AppKey("mendpoint_config_status")
 MAX_GAPS = 200
 
 
@@ -77,6 +81,7 @@ def build_admin_app(
     tokens: TokenFile | None = None,
     shared: SharedTracking | None = None,
     config: Callable[[], LoadedConfig] | None = None,
+    config_status: ConfigStatus | None = None,
     counters: Samples | None = None,
     hosts: Collection[str] = (),
 ) -> web.Application:
@@ -86,7 +91,7 @@ def build_admin_app(
     address or one of `hosts` is answered (gateway.serve.admin_guard); `shared`, the fleet
     store the books count in, which answers while it is up. With `config` (the running
     config) the console is served at /ui, its figures read from `counters` (by default this
-    process's own)."""
+    process's own); with `config_status`, /config answers it."""
     middlewares = [rebinding_guard(hosts) if tokens is None else _token_required(tokens)]
     if config is not None:
         middlewares.insert(0, guard())
@@ -100,11 +105,13 @@ def build_admin_app(
     app[FOLLOWUPS] = (
         local_followups(followups, shared) if isinstance(followups, FollowupBook) else followups
     )
+    app[CONFIG_STATUS] = config_status
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/gaps", _gaps)
     app.router.add_get("/followups", _followups)
+    app.router.add_get("/config", _config)
     if config is not None:
         counts = RecentCounts(counters or console_samples())
         add_console(app, ConsoleSources(config, app[GAPS], app[FOLLOWUPS], counts, tokens))
@@ -253,6 +260,17 @@ async def _followups(request: web.Request) -> web.Response:
     return web.Response(
         body=json.dumps(answer, ensure_ascii=False).encode(),
         content_type="application/json",
+    )
+
+
+async def _config(request: web.Request) -> web.Response:
+    """The running config: generation, when it loaded, the files watched, the last reload
+    error (docs/operations.md#reload-and-shutdown). Paths and messages, never a secret."""
+    source = request.app[CONFIG_STATUS]
+    if source is None:
+        return web.json_response({"error": "the config's status is not available here"}, status=404)
+    return web.Response(
+        body=json.dumps(source(), ensure_ascii=False).encode(), content_type="application/json"
     )
 
 

@@ -21,8 +21,8 @@ from aiohttp import web
 from gateway.config.errors import ConfigError, Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
-from gateway.config.models import GatewayConfig, TelemetrySpec
-from gateway.config.watch import ConfigWatcher, reloaded_config
+from gateway.config.models import TelemetrySpec
+from gateway.config.watch import ConfigRecord, ConfigWatcher, reloaded_config
 from gateway.exchange.connection import (
     AnyPathResource,
     AsteriskResource,
@@ -76,7 +76,7 @@ def build_app(
     app = web.Application()
     app[SIGNATURES] = signatures if signatures is not None else SignatureBook()
     app[CAPTURES] = Captures()
-    app.on_cleanup.append(_flush_captures)
+    app.on_cleanup.append(_close_captures)
     app[FOLLOWUP_BOOK] = followups or FollowupBook(loaded.config.followups, origin=os.getpid())
     app.cleanup_ctx.append(_sweep_followups)
     app[REQUEST_OBSERVERS] = request_observers.declared(app[FOLLOWUP_BOOK])
@@ -115,8 +115,8 @@ async def _sweep_followups(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def _flush_captures(app: web.Application) -> None:
-    await app[CAPTURES].flush()
+async def _close_captures(app: web.Application) -> None:
+    await app[CAPTURES].close()
 
 
 async def _close_resolver(app: web.Application) -> None:
@@ -129,6 +129,7 @@ class GatewayServer:
     def __init__(self, loaded: LoadedConfig, config_path: str | None = None) -> None:
         require_c_parser()
         self.config_path = config_path
+        self.record = ConfigRecord(loaded)  # GET /config; the files the watcher polls
         self.signatures = SignatureBook()
         self.followups = FollowupBook(loaded.config.followups, origin=os.getpid())
         self.shared = shared.connect(loaded, self.followups, self.signatures)
@@ -229,6 +230,7 @@ class GatewayServer:
                 tokens=tokens,
                 shared=self.shared,
                 config=lambda: self.loaded,
+                config_status=self.record.to_json,
                 hosts=self.loaded.config.admin_hosts,
             ),
             access_log=None,
@@ -255,10 +257,11 @@ class GatewayServer:
             return False
         loop = asyncio.get_running_loop()
         try:
-            running = self.loaded.config
+            running = self.loaded
             state = await loop.run_in_executor(None, self._build, self.config_path, running)
         except ConfigError as exc:
             RELOADS.labels(result="failure").inc()
+            self.record.failed(exc)
             log.error("config reload failed; keeping the running config:\n%s", exc)
             return False
         holder = self.app[STATE]
@@ -267,13 +270,14 @@ class GatewayServer:
         config = state.exchange.config
         self.followups.configure(config.followups)
         set_access_log(config.log.access)
+        self.record.loaded(state.exchange.loaded)
         RELOADS.labels(result="success").inc()
         rules = len(state.exchange.loaded.rules)
         log.info("config reloaded from %s (%d rules)", self.config_path, rules)
         self._retire(old)
         return True
 
-    def _build(self, path: str, running: GatewayConfig) -> Generation:
+    def _build(self, path: str, running: LoadedConfig) -> Generation:
         """The next generation, from the file; run in a thread (loading and compiling)."""
         tools = self.app[mcp_runtime.MCP_RUNTIME].tools
         loaded = reloaded_config(path, running)
@@ -419,7 +423,7 @@ async def serve_forever(
         task.add_done_callback(pending.discard)
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
-    watcher = ConfigWatcher(lambda: server.loaded.files, server.reload)
+    watcher = ConfigWatcher(server.record.files, server.reload)
     if config_path is not None:
         watcher.start()
     if supervisor is not None:

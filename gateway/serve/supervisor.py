@@ -46,7 +46,7 @@ from aiohttp import web
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
-from gateway.config.watch import ConfigWatcher, reloaded_config
+from gateway.config.watch import ConfigRecord, ConfigWatcher, reloaded_config
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
 from gateway.serve import listeners, process_tuning
 from gateway.serve.admin import (
@@ -96,6 +96,7 @@ class Supervisor:
         self._listen = listen
         self._admin = admin
         self.loaded = loaded
+        self.record = ConfigRecord(loaded)  # as each worker's: GET /config, the files watched
         self._config_path = config_path
         self._reloads: set[asyncio.Task[None]] = set()
         self._shutdown = loaded.config.shutdown
@@ -148,7 +149,7 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGTERM, self._request_stop, signal.SIGTERM)
         loop.add_signal_handler(signal.SIGINT, self._request_stop, signal.SIGINT)
         loop.add_signal_handler(signal.SIGHUP, self._forward_hup)
-        watcher = ConfigWatcher(lambda: self.loaded.files, self._reload)
+        watcher = ConfigWatcher(self.record.files, self._reload)
         if self._config_path is not None:
             watcher.start()
         slots = [loop.create_task(self._slot(index)) for index in range(self.count)]
@@ -181,6 +182,7 @@ class Supervisor:
             tokens=tokens,
             hosts=self.loaded.config.admin_hosts,
             config=lambda: self.loaded,
+            config_status=self.record.to_json,
             counters=samples_of(WorkerCounters(metrics_path)),
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -360,13 +362,15 @@ class Supervisor:
         file); a bad file keeps the running one, and each worker logs why."""
         if self._config_path is None:
             return
-        path, running = self._config_path, self.loaded.config
+        path, running = self._config_path, self.loaded
         try:
             self.loaded = await asyncio.get_running_loop().run_in_executor(
                 None, functools.partial(reloaded_config, path, running, quiet=True)
             )
-        except ConfigError:
+        except ConfigError as exc:
+            self.record.failed(exc)
             return
+        self.record.loaded(self.loaded)
 
     def _request_stop(self, signum: int) -> None:
         if not self._stopping:

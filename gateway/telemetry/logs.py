@@ -226,6 +226,8 @@ class AccessRecord:
     fallback: str | None = None
     retryable: bool | None = None
     retry_after_ms: int | None = None
+    fix_required: bool = False
+    """The failure told the caller what to fix (for follow-ups' readings; not logged)."""
     follows: str | None = None
     """The request id of the failure this request follows up (gateway.feedback.followups)."""
     followup: str | None = None
@@ -239,6 +241,7 @@ class AccessRecord:
         """The classified failure, on the access line and (as an event) on the span."""
         self.failure_code, self.rule, self.mode = failure.code, rule, mode.value
         self.retryable, self.retry_after_ms = failure.retryable, failure.retry_after_ms
+        self.fix_required = bool(failure.fix_required)
         if self.trace is not None:
             self.trace.classified(
                 failure.code,

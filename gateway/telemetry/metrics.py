@@ -167,6 +167,14 @@ FOLLOWUPS_EVICTED = Counter(
     ["route"],
     registry=REGISTRY,
 )
+CAPTURE_DROPPED = Counter(
+    "mendpoint_capture_dropped_total",
+    "Captured failures lost to a route's capture bounds: an oldest file replaced at "
+    "capture.max_files or max_bytes, or a failure not written (larger than max_bytes, or "
+    "writes backed up)",
+    ["route"],
+    registry=REGISTRY,
+)
 STORE_UP = Gauge(
     "mendpoint_fleet_store_up",
     "1 while the fleet store (fleet.redis) answers; 0 while follow-ups and gaps are per process",

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -29,6 +30,9 @@ from tests.support.gateway import (
     StartGateway,
     StartUpstream,
     route_config,
+    start_process,
+    stop_process,
+    wait_ready,
     write_config,
 )
 from tests.support.ports import free_port
@@ -314,6 +318,64 @@ def test_readings_name_the_largest_problem() -> None:
     assert "gave up" in reading({"code": "X", "failures": 2, "abandoned": 2})
 
 
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (
+            {"code": "X", "failures": 3, "open": 3},
+            "all 3 X failure(s) are still within the window: no outcome yet",
+        ),
+        (
+            {"code": "X", "failures": 4, "open": 2, "recovered": 1, "abandoned": 1},
+            "50 % of callers gave up after X: no recovery path is being found "
+            "(2 more still within the window)",
+        ),
+        (
+            {"code": "X", "failures": 4, "open": 2, "recovered": 2},
+            "100 % of X failures were recovered (2 more still within the window)",
+        ),
+        (
+            {"code": "X", "failures": 2, "retried_unchanged": 2, "with_fix_required": 2},
+            "100 % of callers retried X unchanged: its fix_required is not being acted on "
+            "(or it should be retryable)",
+        ),
+        (
+            {"code": "X", "failures": 2, "retried_unchanged": 2, "with_fix_required": 0},
+            "100 % of callers retried X unchanged, which names no fix_required to act on: "
+            "give its rule one (or make it retryable, if it is transient)",
+        ),
+        (
+            {"code": "X", "failures": 2, "retried_unchanged": 1, "abandoned": 1},
+            "50 % of callers retried X unchanged, though it is not retryable: check that its "
+            "advice reaches them",
+        ),
+    ],
+    ids=["all-open", "shares-of-settled", "recovered", "with-fix", "no-fix", "unknown-fix"],
+)
+def test_readings_apply_only_where_they_can(row: dict[str, Any], expected: str) -> None:
+    assert reading(row) == expected
+
+
+def test_rows_say_what_is_open_and_merge_it_once() -> None:
+    now = [0.0]
+    settings = FollowupsSpec(window_s=10)
+    one = FollowupBook(settings, clock=lambda: now[0], origin=1)
+    two = FollowupBook(settings, clock=lambda: now[0], origin=2)
+    one.publish, two.publish = two.apply, one.apply  # siblings, as under --workers
+    failed = Answered(400, "BAD", "r", fix_required=True)
+    one.settle(Attempt("a", "a", "api", 0.0), failed, "first", None)
+    two.settle(Attempt("b", "b", "api", 0.0), Answered(400, "BAD", "r"), "second", None)
+    (merged,) = merge([one.rows(), two.rows()])
+    assert (merged["failures"], merged["open"], merged["with_fix_required"]) == (2, 2, 1)
+    settled = two.settle(Attempt("a", "x", "api", 1.0), Answered(200), "third", two.pending("a"))
+    assert settled is not None and settled.outcome is Outcome.RECOVERED
+    (after,) = merge([one.rows(), two.rows()])
+    assert (after["open"], after["recovered"]) == (1, 1)
+    # A row with no `open` (the fleet store's) gets the failures not settled yet.
+    fleet = {"route": "api", "code": "BAD", "rule": "r", "failures": 5, "abandoned": 2}
+    assert merge([[fleet]])[0]["open"] == 3
+
+
 async def test_the_cli_prints_the_table_and_a_reading_per_code(
     start_gateway: StartGateway,
     start_upstream: StartUpstream,
@@ -329,10 +391,74 @@ async def test_the_cli_prints_the_table_and_a_reading_per_code(
     out = capsys.readouterr().out
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("cli "))
-    assert line.split()[1:4] == ["BAD_REQUEST", "3", "0"]  # 3 failures, none abandoned yet
-    assert "67 % of callers retried BAD_REQUEST unchanged" in out
+    assert line.split()[1:5] == ["BAD_REQUEST", "3", "1", "0"]  # 1 of 3 open, none abandoned
+    assert "100 % of callers retried BAD_REQUEST unchanged: its fix_required" in out
+    assert "(1 more still within the window)" in out
 
 
 def test_the_cli_says_when_it_cannot_reach_the_admin(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["followups", "--admin", f"127.0.0.1:{free_port()}"]) != 0
     assert "cannot read" in capsys.readouterr().err
+
+
+def locked_app() -> web.Application:
+    """`/orders/1` answers 409 until `/unlock`; `/other` answers 400."""
+    state = {"locked": True}
+
+    async def order(request: web.Request) -> web.Response:
+        if state["locked"]:
+            return web.json_response({"message": "the order is locked"}, status=409)
+        return web.json_response({"id": 1})
+
+    async def other(request: web.Request) -> web.Response:
+        return web.json_response({"message": "bad"}, status=400)
+
+    app = web.Application()
+    app.router.add_get("/orders/1", order)
+    app.router.add_get("/other", other)
+    return app
+
+
+async def test_the_readings_of_a_running_gateway_apply_where_they_can(
+    start_upstream: StartUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upstream = await start_upstream(locked_app())
+    port, admin = free_port(), free_port()
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "admin": f"127.0.0.1:{admin}",
+        "routes": [{"name": "shop", "upstream": upstream}],
+        "followups": {"window_s": 60},
+        "rules": [  # a code whose failures carry no fix_required
+            {
+                "id": "order-locked",
+                "match": {"status": [409]},
+                "error": {"code": "ORDER_LOCKED", "category": "CONFLICT"},
+            }
+        ],
+    }
+    path = write_config(tmp_path, config)
+    process = await start_process("serve", "--config", str(path))
+    try:
+        async with aiohttp.ClientSession() as session:
+            await wait_ready(session, f"http://127.0.0.1:{admin}/readyz", process)
+            for _ in range(3):  # the same request again: retried unchanged, twice
+                async with session.get(f"http://127.0.0.1:{port}/orders/1") as response:
+                    assert response.status == 409
+            async with session.get(f"http://127.0.0.1:{port}/other") as response:
+                assert response.status == 400  # one failure, still inside its window
+            async with session.get(f"http://127.0.0.1:{admin}/followups") as response:
+                rows = {row["code"]: row for row in (await response.json())["codes"]}
+        argv = ["followups", "--admin", f"127.0.0.1:{admin}"]
+        assert await asyncio.to_thread(main, argv) == 0
+        out = capsys.readouterr().out
+    finally:
+        code, stderr = await stop_process(process)
+    assert code == 0, stderr
+    assert "fix_required is not being acted on" not in out
+    assert "% of BAD_REQUEST failures were recovered" not in out
+    assert "retried ORDER_LOCKED unchanged, which names no fix_required to act on" in out
+    assert "all 1 BAD_REQUEST failure(s) are still within the window" in out
+    locked, bad = rows["ORDER_LOCKED"], rows["BAD_REQUEST"]
+    assert (locked["failures"], locked["open"], locked["with_fix_required"]) == (3, 1, 0)
+    assert (bad["failures"], bad["open"], bad["with_fix_required"]) == (1, 1, 1)

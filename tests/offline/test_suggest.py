@@ -49,10 +49,14 @@ async def send_traffic(gateway: RunningGateway) -> list[int]:
 
 
 async def shadow_gateway(
-    start_gateway: StartGateway, start_upstream: StartUpstream, captures: Path
+    start_gateway: StartGateway,
+    start_upstream: StartUpstream,
+    captures: Path,
+    **capture: str,
 ) -> RunningGateway:
     upstream = await start_upstream(build_app())
-    config = route_config(upstream, name="demo", mode="headers", capture={"dir": str(captures)})
+    spec = {"dir": str(captures), **capture}
+    config = route_config(upstream, name="demo", mode="headers", capture=spec)
     return await start_gateway(config)
 
 
@@ -60,7 +64,7 @@ async def test_capture_records_failures_only_redacted_and_bounded(
     start_gateway: StartGateway, start_upstream: StartUpstream, tmp_path: Path
 ) -> None:
     captures = tmp_path / "captures"
-    gateway = await shadow_gateway(start_gateway, start_upstream, captures)
+    gateway = await shadow_gateway(start_gateway, start_upstream, captures, only="all")
     statuses = await send_traffic(gateway)
     await gateway.server.app[CAPTURES].flush()
     recorded = load_dir(str(captures))
@@ -68,6 +72,27 @@ async def test_capture_records_failures_only_redacted_and_bounded(
     assert all(r["response"]["status"] >= 400 for r in recorded)
     assert {r["route"] for r in recorded} == {"demo"}
     assert not list(captures.glob("*.part"))
+    # A shipped shape pack names some of the demo API's failures: matched, not unmatched.
+    assert any(not r["classified"]["default_rule"] for r in recorded)
+
+
+async def test_capture_records_by_default_only_what_no_rule_named(
+    start_gateway: StartGateway, start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    everything, unmatched = tmp_path / "all", tmp_path / "unmatched"
+    first = await shadow_gateway(start_gateway, start_upstream, everything, only="all")
+    second = await shadow_gateway(start_gateway, start_upstream, unmatched)
+    await send_traffic(first)
+    await send_traffic(second)
+    await first.server.app[CAPTURES].flush()
+    await second.server.app[CAPTURES].flush()
+    fallbacks = [r for r in load_dir(str(everything)) if r["classified"]["default_rule"]]
+    recorded = load_dir(str(unmatched))
+    assert recorded and all(r["classified"]["default_rule"] for r in recorded)
+    assert len(recorded) == len(fallbacks)
+    assert {r["classified"]["rule"] for r in recorded} <= {
+        r["classified"]["rule"] for r in fallbacks
+    }
 
 
 async def test_secrets_in_an_error_body_never_reach_the_capture(
@@ -293,6 +318,11 @@ async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
         # A number, or digits in a string, only repeats the status: the words name the draft.
         ({"code": 404, "message": "Widget 7 is gone"}, "WIDGET_IS_GONE"),
         ({"code": "404", "message": "Widget 7 is gone"}, "WIDGET_IS_GONE"),
+        # The older APIs' spelling (Salesforce, many Java and .NET ones).
+        (
+            {"errorCode": "INVALID_SESSION_ID", "errorMessage": "Session expired"},
+            "INVALID_SESSION_ID",
+        ),
     ],
 )
 def test_a_draft_is_named_by_the_upstreams_own_code(body: dict[str, Any], code: str) -> None:
