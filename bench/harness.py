@@ -176,6 +176,17 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def children_named(pid: int, word: str) -> list[int]:
+    """The live children of `pid` whose command line holds `word` (a gateway's trace
+    exporter process: `span_export`)."""
+    found = []
+    for child in _children(pid):
+        with contextlib.suppress(OSError):
+            if word.encode() in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+    return found
+
+
 def repin(pids: list[int], core: int) -> None:
     """Move already running processes (nginx's) to a core."""
     for pid in pids:

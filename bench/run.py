@@ -27,7 +27,8 @@ from typing import Any
 from bench import harness, mcp_bench, mcp_latency, report
 from bench.baseline import Baseline, base_name, prepare
 from bench.systems import (
-    COST_COLUMNS,
+    EXPORTER_ELSEWHERE,
+    MEASURED_BY_DEFAULT,
     ROOT,
     TRACE_SINK_PORT,
     TRACED,
@@ -101,6 +102,8 @@ def measure(name: str, workload: Workload, rep: int, nginx: Nginx, settings: Set
     proc = harness.start(command(upstream, port, settings.root), settings.root / f"{name}.log")
     try:
         harness.wait_ready(url, proc)
+        if base_name(name) in EXPORTER_ELSEWHERE:
+            harness.repin(harness.children_named(proc.pid, "span_export"), harness.LOAD_CORE)
         _verify(name, workload, url)
         if settings.warmup:
             harness.wrk(url, workload.conns, settings.warmup, workload.headers, script)
@@ -162,7 +165,11 @@ def plan(
     names = [
         n
         for n in systems(against)
-        if (base_name(n) in selected if selected else "[" not in n or base_name(n) in COST_COLUMNS)
+        if (
+            base_name(n) in selected
+            if selected
+            else "[" not in n or base_name(n) in MEASURED_BY_DEFAULT
+        )
     ]
     return [(n, w) for w in workloads for n in names if applies(n, w)]
 

@@ -161,9 +161,23 @@ LOG_OFF = "mendpoint-additive[log-off]"
 LOG_AND_FOLLOWUPS_OFF = "mendpoint-additive[log-off+followups-off]"
 COST_COLUMNS = (LOG_OFF, LOG_AND_FOLLOWUPS_OFF)
 COST_WORKLOADS = ("ok-32", "error-32", "mix-32")
-# Tracing on at ratio 1.0, exporting to bench/otlp_sink.py (started by bench/run.py).
+# Tracing on, exporting to bench/otlp_sink.py (started by bench/run.py), beside the same
+# gateway with tracing off (docs/operations.md#traces): the production setting (a tenth of
+# successes sampled, every failure kept) on the success, error and mixed workloads; every
+# trace sampled (ratio 1.0) on the success path, with the exporter process on the gateway's
+# core (it inherits the pin) and, in a second row, moved to the load generator's core.
 TRACED = "mendpoint-additive+trace"
-TRACED_TENTH = "mendpoint-additive+trace[ratio-0.1]"  # a variant: named with --systems
+TRACED_TENTH = "mendpoint-additive+trace[ratio-0.1]"
+TRACED_OWN_CORE = "mendpoint-additive+trace[exporter-own-core]"
+TRACED_WORKLOADS = {
+    TRACED: ("ok-32",),
+    TRACED_OWN_CORE: ("ok-32",),
+    TRACED_TENTH: ("ok-32", "error-32", "mix-32"),
+}
+EXPORTER_ELSEWHERE = (TRACED_OWN_CORE,)
+MEASURED_BY_DEFAULT = (*COST_COLUMNS, TRACED_TENTH, TRACED_OWN_CORE)
+"""The `[…]` systems the default plan measures; the other `[lever]` variants are named."""
+"""Systems whose trace exporter process bench/run.py moves off the gateway's core."""
 TRACE_SINK_PORT = free_port()
 
 
@@ -197,6 +211,7 @@ def systems(baseline: Baseline | None = None) -> dict[str, Command | None]:
     sink = f"http://127.0.0.1:{TRACE_SINK_PORT}"
     table[TRACED] = mendpoint("additive", collector=sink)
     table[TRACED_TENTH] = mendpoint("additive", collector=sink, sample_ratio=0.1)
+    table[TRACED_OWN_CORE] = mendpoint("additive", collector=sink)
     for name, env in VARIANTS.items():
         table[name] = mendpoint("additive", env=env)
     table[FOLLOWUPS_OFF] = mendpoint("additive", followups=False)
@@ -221,7 +236,9 @@ def applies(system: str, workload: Workload) -> bool:
         return workload.mcp and system in mcp_bench.SYSTEMS
     if system == "direct":
         return not workload.dead_upstream and not workload.cycle  # nginx's 444 is no answer
-    if system.endswith("+log") or system.startswith(TRACED):
+    if system in TRACED_WORKLOADS:
+        return workload.name in TRACED_WORKLOADS[system]
+    if system.endswith("+log"):
         return workload.name == "ok-32"
     if system in COST_COLUMNS:
         return workload.name in COST_WORKLOADS

@@ -143,6 +143,10 @@ class TelemetrySpec(Strict):
     # Sent with every export (a collector's tenant, say); keep credentials in
     # OTEL_EXPORTER_OTLP_HEADERS from a secret instead (docs/security.md#trace-export).
     headers: dict[str, str] = Field(default_factory=dict, max_length=50)
+    # Exchanges the sampler dropped that fail are exported anyway (docs/operations.md#traces),
+    # at most this many a second per process; past it, the sampler's word stands.
+    keep_failures: bool = True
+    max_kept_failures_per_s: int = Field(default=100, ge=1, le=100_000)
 
     @field_validator("otlp_endpoint")
     @classmethod

@@ -339,7 +339,14 @@ class GatewayServer:
 def start_tracing(spec: TelemetrySpec) -> bool:
     """Traces on when the config or the `OTEL_*` variables name a collector
     (docs/operations.md#traces)."""
-    settings = TraceSettings(spec.otlp_endpoint, spec.service_name, spec.sample_ratio, spec.headers)
+    settings = TraceSettings(
+        spec.otlp_endpoint,
+        spec.service_name,
+        spec.sample_ratio,
+        spec.headers,
+        spec.keep_failures,
+        spec.max_kept_failures_per_s,
+    )
     return TRACING.start(settings)
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 if TYPE_CHECKING:
-    from gateway.telemetry.spans import ExchangeTrace
+    from gateway.telemetry.tracing import Trace
 
 from gateway.failure import Failure, Mode
 from gateway.observers import Classified, FailureNotes
@@ -232,7 +232,7 @@ class AccessRecord:
     """That failure's outcome, settled by this request."""
     upstream_request_id: str | None = None
     """The upstream's own `X-Request-Id` on its answer, when it differs from ours."""
-    trace: ExchangeTrace | None = None
+    trace: Trace | None = None
     """The exchange's spans, while tracing is on (docs/operations.md#traces)."""
 
     def note_failure(self, failure: Failure, rule: str, mode: Mode) -> None:

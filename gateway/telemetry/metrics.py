@@ -100,6 +100,13 @@ FALLBACKS = Counter(
     ["route", "reason"],
     registry=REGISTRY,
 )
+TRACES_KEPT = Counter(
+    "mendpoint_traces_kept_failures_total",
+    "Exchanges the head sampler dropped that failed: exported for their failure (kept), or "
+    "dropped past telemetry.max_kept_failures_per_s (over_limit)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 UPSTREAM_REPLAYS = Counter(
     "mendpoint_upstream_replays_total",
     "Requests sent once more on a fresh connection: a reused one had been closed by the "

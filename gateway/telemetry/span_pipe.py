@@ -110,8 +110,8 @@ class Recorded:
         """The `traceparent` that makes this span the parent of whoever receives it."""
         return f"00-{self.trace_id:032x}-{self.span_id:016x}-{self.flags:02x}"
 
-    def add_event(self, name: str, attributes: dict[str, Any]) -> None:
-        self.events.append((name, time.time_ns(), attributes))
+    def add_event(self, name: str, attributes: dict[str, Any], at_ns: int | None = None) -> None:
+        self.events.append((name, time.time_ns() if at_ns is None else at_ns, attributes))
 
     def record(self) -> tuple[Any, ...]:
         """What the exporter process rebuilds the SDK span from (span_export.Builder)."""
@@ -157,6 +157,8 @@ class SpanPipe:
             if sample_ratio is None
             else ParentBased(TraceIdRatioBased(sample_ratio))
         )
+        self._bound = None if sample_ratio is None else TraceIdRatioBased(sample_ratio).bound
+        """The configured ratio's bound on a trace id's low 64 bits, for `head_sampled`."""
         self._ids = RandomIdGenerator()
         self._buffer: list[tuple[Any, ...]] = []
         self._backlog = bytearray()
@@ -187,6 +189,24 @@ class SpanPipe:
 
     # -- the request path ----------------------------------------------------------------
 
+    def new_trace_id(self) -> int:
+        return self._ids.generate_trace_id()
+
+    def new_span_id(self) -> int:
+        return self._ids.generate_span_id()
+
+    def head_sampled(self, parent: Context | None, trace_id: int) -> bool:
+        """The head sampler's word on an exchange: its caller's decision (`parent`), else on
+        a new trace with `trace_id`. Without a parent, the configured ratio decides as
+        `TraceIdRatioBased` does (its bound on the id's low 64 bits), without a sampling
+        result built per request; a sampler the `OTEL_TRACES_SAMPLER` variables chose, and
+        any parent, are asked as the SDK asks them."""
+        bound = self._bound
+        if parent is None and bound is not None:
+            return trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
+        decision = self._sampler.should_sample(parent, trace_id, "", SpanKind.SERVER)
+        return decision.decision in RECORDED
+
     def start(
         self,
         name: str,
@@ -195,9 +215,14 @@ class SpanPipe:
         start_ns: int,
         attributes: dict[str, Any],
         links: list[Link] | None = None,
+        trace_id: int | None = None,
+        span_id: int | None = None,
+        kept: bool = False,
     ) -> Recorded:
         """A span, sampled as the SDK's tracer samples it: the exchange's by the sampler
-        (its caller's decision, else the ratio), an attempt's as its exchange's."""
+        (its caller's decision, else the ratio), an attempt's as its exchange's. A new trace
+        takes `trace_id` (and the span `span_id`) when given; `kept`: sampled whatever the
+        sampler says (a failure kept, gateway.telemetry.deferred)."""
         if isinstance(parent, Recorded):
             return Recorded(
                 name,
@@ -212,20 +237,21 @@ class SpanPipe:
                 attributes,
             )
         remote = None if parent is None else trace.get_current_span(parent).get_span_context()
+        parent_id = None
         if remote is not None and remote.is_valid:
             trace_id, parent_id = remote.trace_id, remote.span_id
-        else:
-            trace_id, parent_id = self._ids.generate_trace_id(), None
+        elif trace_id is None:
+            trace_id = self._ids.generate_trace_id()
         decision = self._sampler.should_sample(parent, trace_id, name, kind, attributes, links)
         state = decision.trace_state
         span = Recorded(
             name,
             kind,
             trace_id,
-            self._ids.generate_span_id(),
+            self._ids.generate_span_id() if span_id is None else span_id,
             parent_id,
             parent_id is not None and bool(remote and remote.is_remote),
-            SAMPLED if decision.decision in RECORDED else 0,
+            SAMPLED if kept or decision.decision in RECORDED else 0,
             state.to_header() if state else None,
             start_ns,
             attributes,
@@ -239,10 +265,10 @@ class SpanPipe:
             )
         return span
 
-    def end(self, span: Recorded) -> None:
+    def end(self, span: Recorded, at_ns: int | None = None) -> None:
         if not span.flags & SAMPLED:
             return
-        span.end_ns = time.time_ns()
+        span.end_ns = time.time_ns() if at_ns is None else at_ns
         self._buffer.append(span.record())
         if len(self._buffer) >= BATCH:
             self.flush()

@@ -15,120 +15,32 @@ and a span's parent cannot change after it started.
 
 from __future__ import annotations
 
-import functools
-import logging
 import time
 from collections.abc import Callable, MutableMapping
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from gateway.telemetry.span_conventions import (
+    CHILD_FACTS,
+    CLIENT_CLOSED,
+    FAILURE_EVENT,
+    OTHER_ERROR,
+    TRACEPARENT,
+    TRACESTATE,
+    Finished,
+    UpstreamOrigin,
+    error_type,
+    never_raises,
+    parent_from,
+    request_method,
+)
 from gateway.telemetry.span_pipe import Recorded, SpanPipe
 
-TRACEPARENT = "traceparent"
-TRACESTATE = "tracestate"
-FAILURE_EVENT = "mendpoint.failure"
-"""The event a classified failure adds to the server span, when it was classified."""
-KNOWN_METHODS = frozenset(
-    {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE", "QUERY"}
-)
-CHILD_FACTS = (
-    "mcp.method.name",
-    "mcp.session.id",
-    "mcp.protocol.version",
-    "jsonrpc.request.id",
-    "gen_ai.tool.name",
-    "gen_ai.operation.name",
-)
-"""What a bridge's attempt repeats of its exchange's MCP request."""
-OTHER_METHOD = "_OTHER"
-OTHER_ERROR = "_OTHER"
-CLIENT_CLOSED = 499
-_PROPAGATOR = TraceContextTextMapPropagator()
-log = logging.getLogger("mendpoint.tracing")
-REPORT_EVERY_S = 60.0
-_reported: dict[str, float] = {}
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def never_raises(method: Callable[P, R | None]) -> Callable[P, R | None]:
-    """A trace is an observer: whatever goes wrong in it is logged (once a minute per
-    method), and the request it watches goes on as if tracing were off (None)."""
-
-    @functools.wraps(method)
-    def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
-        try:
-            return method(*args, **kwargs)
-        except Exception:
-            name, now = method.__name__, time.monotonic()
-            if now - _reported.get(name, -REPORT_EVERY_S) >= REPORT_EVERY_S:
-                _reported[name] = now
-                log.exception("tracing %s failed; the request goes on", name)
-            return None
-
-    return guarded
-
-
-class Finished(Protocol):
-    """What the access record knows when the exchange ends (`gateway.telemetry.logs`)."""
-
-    request_id: str
-    route: str
-    status: int
-    failure_code: str | None
-    rule: str | None
-    mode: str | None
-    fallback: str | None
-    retryable: bool | None
-    retry_after_ms: int | None
-    followup: str | None
-
-
-class UpstreamOrigin(Protocol):
-    """Where an attempt goes (the upstream client's `Origin`)."""
-
-    @property
-    def host(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def tls(self) -> bool: ...
-
-
-def request_method(method: str) -> dict[str, str]:
-    """`http.request.method`: a method the conventions know, else `_OTHER` and the original."""
-    if method in KNOWN_METHODS:
-        return {"http.request.method": method}
-    return {"http.request.method": OTHER_METHOD, "http.request.method_original": method}
-
-
-def parent_from(traceparent: str | None, tracestate: str | None) -> Context | None:
-    """The remote parent a W3C `traceparent` names, or None (absent or malformed)."""
-    if not traceparent:
-        return None
-    carrier = {TRACEPARENT: traceparent}
-    if tracestate:
-        carrier[TRACESTATE] = tracestate
-    extracted = _PROPAGATOR.extract(carrier)
-    if not trace.get_current_span(extracted).get_span_context().is_valid:
-        return None
-    return extracted
-
-
-def error_type(exc: BaseException) -> str:
-    """`error.type` of an attempt that raised: the transport fault's kind where the upstream
-    client named one, `timeout`, else the exception's class."""
-    kind = getattr(exc, "kind", None)
-    value = getattr(kind, "value", None)
-    if isinstance(value, str):
-        return value
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    return type(exc).__qualname__
+KEPT_FOR = "mendpoint.sampled_for"
+"""Why an exchange the head sampler dropped was exported after all: `failure`."""
 
 
 class ExchangeTrace:
@@ -136,7 +48,10 @@ class ExchangeTrace:
 
     __slots__ = (
         "_attempt",
+        "_ids",
+        "_kept",
         "_link",
+        "_now",
         "_parent",
         "_pipe",
         "_start_ns",
@@ -158,9 +73,21 @@ class ExchangeTrace:
         version: str,
         traceparent: str | None,
         tracestate: str | None,
+        *,
+        ids: tuple[int, int] | None = None,
+        start_ns: int | None = None,
+        kept: str | None = None,
+        now: Callable[[], int] = time.time_ns,
     ) -> None:
+        """`ids` (trace, server span) and `start_ns` when they were chosen before (the head
+        sampler's decision, gateway.telemetry.tracing); `kept`: exported whatever the sampler
+        says, and why (`mendpoint.sampled_for`); `now`: the clock, a kept exchange's own
+        recorded times when it is built again after the fact (gateway.telemetry.deferred)."""
         self._pipe = pipe
-        self._start_ns = time.time_ns()
+        self._now = now
+        self._ids = ids
+        self._kept = kept
+        self._start_ns = now() if start_ns is None else start_ns
         self._parent = parent_from(traceparent, tracestate)
         self._link: Context | None = None
         self._attempt: Recorded | None = None
@@ -179,6 +106,8 @@ class ExchangeTrace:
                 attributes["server.address"], attributes["server.port"] = name, int(port)
             else:
                 attributes["server.address"] = host
+        if kept is not None:
+            attributes[KEPT_FOR] = kept
         self.attributes = attributes
 
     # The MCP conventions (docs/operations.md#traces).
@@ -275,7 +204,7 @@ class ExchangeTrace:
         }
         if retry_after_ms is not None:
             event["mendpoint.failure.retry_after_ms"] = retry_after_ms
-        self._server_span().add_event(FAILURE_EVENT, event)
+        self._server_span().add_event(FAILURE_EVENT, event, self._now())
 
     # One CLIENT span per upstream attempt (`AttemptWatcher` of the upstream client).
 
@@ -306,7 +235,7 @@ class ExchangeTrace:
             attributes.get("http.request.method", method),
             SpanKind.CLIENT,
             server,
-            time.time_ns(),
+            self._now(),
             attributes,
         )
         self._attempt = span
@@ -328,18 +257,22 @@ class ExchangeTrace:
             if key in self.attributes:
                 attributes[key] = self.attributes[key]
         name = self.mcp_name or self.attributes["http.request.method"]
-        self._attempt = self._pipe.start(name, SpanKind.CLIENT, server, time.time_ns(), attributes)
+        self._attempt = self._pipe.start(name, SpanKind.CLIENT, server, self._now(), attributes)
         self._to_child = True
 
-    @never_raises
     def failed(self, exc: BaseException) -> None:
         """The attempt raised (connect, TLS, a reset, a timeout): it ends here."""
+        self.failed_as(error_type(exc))
+
+    @never_raises
+    def failed_as(self, kind: str) -> None:
+        """The attempt failed, its `error.type` `kind`."""
         span = self._attempt
         if span is None:
             return
-        span.attributes["error.type"] = error_type(exc)
+        span.attributes["error.type"] = kind
         span.error = True
-        self._pipe.end(span)
+        self._pipe.end(span, self._now())
         self._attempt = None
 
     @never_raises
@@ -374,7 +307,7 @@ class ExchangeTrace:
                 attributes["http.route"] = record.route
             span.name = self._name(record.route)
             span.error = "error.type" in attributes
-        self._pipe.end(span)
+        self._pipe.end(span, self._now())
 
     @never_raises
     def ids(self) -> tuple[str, str] | None:
@@ -414,6 +347,7 @@ class ExchangeTrace:
             if self._link is not None:
                 linked = trace.get_current_span(self._link).get_span_context()
                 links = [Link(linked)]
+            trace_id, span_id = self._ids if self._ids is not None else (None, None)
             span = self.span = self._pipe.start(
                 self.attributes["http.request.method"],
                 SpanKind.SERVER,
@@ -421,6 +355,9 @@ class ExchangeTrace:
                 self._start_ns,
                 self.attributes,
                 links,
+                trace_id,
+                span_id,
+                kept=self._kept is not None,
             )
         return span
 
@@ -434,7 +371,7 @@ class ExchangeTrace:
                     attempt.attributes[key] = self.attributes[key]
             attempt.error = "error.type" in attempt.attributes
             self._to_child = False
-        self._pipe.end(attempt)
+        self._pipe.end(attempt, self._now())
         self._attempt = None
 
 

@@ -15,16 +15,19 @@ import contextvars
 import importlib.util
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from aiohttp import web  # a type only: the resolver and stdio need no aiohttp (breaker.py)
 
+    from gateway.telemetry.deferred import DeferredTrace, KeptFailures
     from gateway.telemetry.span_pipe import SpanPipe
     from gateway.telemetry.spans import ExchangeTrace
+
+    Trace = ExchangeTrace | DeferredTrace
 
 log = logging.getLogger("mendpoint.tracing")
 
@@ -49,6 +52,8 @@ class TraceSettings:
     service_name: str | None = None
     sample_ratio: float | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    keep_failures: bool = True
+    max_kept_failures_per_s: int = 100
 
 
 def traces_url(endpoint: str) -> str:
@@ -75,6 +80,10 @@ class Tracing:
         self.on = False
         self._pipe: SpanPipe | None = None
         self._exchange: type[ExchangeTrace] | None = None
+        self._deferred: type[DeferredTrace] | None = None
+        self._budget: KeptFailures | None = None
+        self._parent: Callable[[str | None, str | None], Any] | None = None
+        self._trace_id_of: Callable[[Any], int] | None = None
 
     def start(self, settings: TraceSettings, environ: Mapping[str, str] = os.environ) -> bool:
         """Build the provider and exporter when tracing is wanted; whether it is on.
@@ -89,7 +98,8 @@ class Tracing:
             exporter_spec = importlib.util.find_spec(EXPORTER_MODULE)
             if exporter_spec is None:
                 raise ImportError(name=EXPORTER_MODULE)
-            from gateway.telemetry import spans
+            from gateway.telemetry import deferred, spans
+            from gateway.telemetry.span_conventions import parent_from, trace_id_of
             from gateway.telemetry.span_pipe import SpanPipe
         except ImportError as exc:
             if settings.otlp_endpoint is not None:
@@ -104,25 +114,43 @@ class Tracing:
             endpoint, settings.headers, settings.service_name, settings.sample_ratio
         )
         self._exchange = spans.ExchangeTrace
+        self._deferred = deferred.DeferredTrace
+        self._parent, self._trace_id_of = parent_from, trace_id_of
+        self._budget = (
+            deferred.KeptFailures(settings.max_kept_failures_per_s)
+            if settings.keep_failures
+            else None
+        )
         self.on = True
         log.info("tracing on: spans exported over OTLP/HTTP to %s", endpoint or "OTEL_* endpoint")
         return True
 
-    def begin(self, request: web.Request) -> ExchangeTrace:
-        """The spans of the exchange `request` starts (only while `on`)."""
-        assert self._pipe is not None and self._exchange is not None
+    def begin(self, request: web.Request) -> Trace:
+        """The trace of the exchange `request` starts (only while `on`): its spans, when the
+        head sampler picks it (its caller's decision, else the ratio); else its facts, kept
+        until its outcome says whether it is exported (gateway.telemetry.deferred)."""
+        pipe = self._pipe
+        assert pipe is not None and self._exchange is not None and self._deferred is not None
+        assert self._parent is not None and self._trace_id_of is not None
         headers = request.headers
         version = request.version
-        trace = self._exchange(
-            self._pipe,
+        traceparent, tracestate = headers.get("traceparent"), headers.get("tracestate")
+        parent = None if traceparent is None else self._parent(traceparent, tracestate)
+        trace_id = pipe.new_trace_id() if parent is None else self._trace_id_of(parent)
+        facts = (
             request.method,
             request.rel_url.raw_path,
             request.scheme,
             headers.get("Host"),
             f"{version.major}.{version.minor}",
-            headers.get("traceparent"),
-            headers.get("tracestate"),
+            traceparent,
+            tracestate,
         )
+        trace: Trace
+        if pipe.head_sampled(parent, trace_id):
+            trace = self._exchange(pipe, *facts, ids=(trace_id, pipe.new_span_id()))
+        else:
+            trace = self._deferred(pipe, self._budget, trace_id, facts)
         CURRENT.set(trace)
         return trace
 
@@ -147,7 +175,7 @@ class Tracing:
 
 TRACING = Tracing()
 
-CURRENT: contextvars.ContextVar[ExchangeTrace | None] = contextvars.ContextVar(
+CURRENT: contextvars.ContextVar[Trace | None] = contextvars.ContextVar(
     "mendpoint_exchange_trace", default=None
 )
 """The exchange of the running request, for the one fact found where no request is at hand:

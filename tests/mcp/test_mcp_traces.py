@@ -208,3 +208,40 @@ async def test_a_bridge_call_has_its_stdio_server_as_a_client_span(
         assert attempt.attributes.get("error.type") == error
         assert (attempt.status_code == STATUS_ERROR) == (error is not None)
         assert call.parent_span_id == span_id
+
+
+@pytest.mark.parametrize("sdk_server", [["json"]], indirect=True)
+async def test_at_ratio_zero_a_failing_tool_call_arrives_whole(
+    start_gateway: StartGateway, sdk_server: str, receiver: OtlpReceiver
+) -> None:
+    gateway = await start_gateway(
+        {
+            "routes": [{"name": "tools", "prefix": "/", "type": "mcp", "upstream": sdk_server}],
+            "telemetry": {"otlp_endpoint": receiver.url, "sample_ratio": 0},
+        }
+    )
+    trace_id, caller_span, _ = caller_context()
+    unsampled = f"00-{trace_id}-{caller_span}-00"
+    async with (
+        httpx2.AsyncClient(headers={"traceparent": unsampled}, timeout=30) as http,
+        Client(streamable_http_client(gateway.url + "/mcp", http_client=http), mode="legacy") as c,
+    ):
+        ok = await c.call_tool("read_note", {"name": "hello"})
+        assert not ok.is_error
+        result = await c.call_tool("read_note", {"name": "missing"})
+        assert result.is_error
+        assert "mendpoint_failure" in json.dumps(result.model_dump(mode="json"))
+    await flushed(receiver, 2)
+    await asyncio.sleep(0.5)
+    spans = receiver.spans
+    servers = [s for s in spans if s.kind == SERVER]
+    (failed,) = [s for s in servers if s.attributes.get("gen_ai.tool.name") == "read_note"]
+    assert failed.trace_id == trace_id and failed.parent_span_id == caller_span
+    assert failed.attributes["mendpoint.sampled_for"] == "failure"
+    assert failed.attributes["error.type"] == "tool_error"
+    assert failed.attributes["mcp.method.name"] == "tools/call"
+    assert "mendpoint.failure.code" in failed.attributes
+    clients = [s for s in spans if s.kind == CLIENT and s.parent_span_id == failed.span_id]
+    assert len(clients) == 1
+    # Only the failure: the initialize, the list and the successful call are not traced.
+    assert all(s.attributes.get("mendpoint.sampled_for") == "failure" for s in servers)
