@@ -1,10 +1,14 @@
 """The message of an HTML, plain-text or XML error page: its heading and first paragraph (or
 its first line, or its `<Message>`, `<faultstring>` or `<Reason>`), never its source.
 
-Flask, Django and Express answer errors with HTML by default. The page's `<h1>` (else
-`<title>`) says what failed and its first `<p>` or `<pre>` says why; scripts, styles and
-everything after the first stack frame are dropped, and file paths are masked, so a debug
-page's traceback never becomes an agent's `message`. Parsing uses the standard library's
+Flask, Django and Express answer errors with HTML by default. The page's `<h1>` (else its
+`<h2>`, else `<title>`) says what failed and its first `<p>` or `<pre>` says why, or the text
+standing right after the heading when that comes first (HTML 2.0 pages: Yaws, mochiweb,
+webmachine). A page that labels its parts (Tomcat's ErrorReportValve: `<p><b>Message</b> …`;
+Jetty's ErrorHandler: `<tr><th>MESSAGE:</th><td>…`) gives the part labelled `Message` as the
+why, whatever stands before it. Scripts, styles and everything after the first stack frame
+are dropped, and file paths are masked, so a debug page's traceback never becomes an agent's
+`message`. Parsing uses the standard library's
 `html.parser` on at most `SCAN_CHARS` of the page (stopping as soon as heading and detail are
 found), which unescapes entities as it goes.
 
@@ -26,6 +30,15 @@ CHUNK_CHARS = 2048
 DETAIL_LIMIT = 500
 SKIPPED = frozenset({"script", "style", "noscript", "template", "svg"})
 BREAKS = frozenset({"br", "hr", "li", "tr", "div"})
+LABELS = frozenset({"b", "strong", "th", "dt"})
+"""Elements a page names its parts with: `<b>Message</b> …` (Tomcat), `<th>MESSAGE:</th>`
+(Jetty), `<dt>Message</dt><dd>…`."""
+PART_LABELS = ("message", "error message", "reason", "description")
+"""The labels of the parts that hold the message, the first found winning (case, a colon and
+spaces aside): Tomcat's `Description` is the status's own gloss, read only when the page has
+no `Message` (a status report with no message of the servlet's)."""
+LABELLED_ENDS = frozenset({"p", "tr", "dd", "div", "li"})
+"""Where a labelled part ends."""
 VOID = frozenset({"br", "hr", "img", "meta", "link", "input", "wbr", "col", "area", "base"})
 GENERIC_HEADINGS = frozenset({"", "error", "oops", "oops!", "http error", "server error"})
 REASON_PHRASES = frozenset(
@@ -185,8 +198,8 @@ def html_message(text: str) -> str | None:
         page.close()
     except (AssertionError, ValueError):  # html.parser gives up on some malformed markup
         pass
-    heading = _heading(page.h1) or _heading(page.title)
-    detail = _detail(page)
+    heading = _heading(page.h1) or _heading(page.h2) or _heading(page.title)
+    detail = _labelled(page) or _detail(page)
     if heading and detail and not detail.startswith(heading) and heading not in detail:
         message = f"{heading}: {detail}"
     else:
@@ -210,10 +223,25 @@ def _heading(text: str) -> str:
     return "" if heading.lower() in GENERIC_HEADINGS else heading
 
 
+def _labelled(page: _PageText) -> str:
+    """The part a page labels as its message (`<b>Message</b> The requested resource […] is
+    not available`), or "" when it labels none or that part says only a status."""
+    for label in PART_LABELS:
+        value = _clean(page.parts.get(label, ""))
+        if value and not says_only_status(value):
+            return value
+    return ""
+
+
 def _detail(page: _PageText) -> str:
     """The first paragraph (with the block after it when it ends in a colon, as Bottle's
     "… caused an error:" before its `<pre>`), else the text standing right after the
-    heading (HAProxy's pages have no paragraph)."""
+    heading (HAProxy's pages have no paragraph; an HTML 2.0 page's sentence comes before
+    its first `<P>`, which then holds only the `<ADDRESS>` line)."""
+    if page.loose_first:
+        loose = _STATUS_PREFIX.sub("", _clean(page.loose))
+        if loose and not says_only_status(loose):
+            return str(loose)
     if not page.blocks:
         loose = _STATUS_PREFIX.sub("", _clean(page.loose))
         return "" if says_only_status(loose) else loose
@@ -253,8 +281,9 @@ def _clean(text: str) -> str:
 
 
 class _PageText(HTMLParser):
-    """Collects the title, the first h1, the first two p or pre blocks, and the text that
-    stands directly in the body (outside any element but the body)."""
+    """Collects the title, the first h1 and h2, the first two p or pre blocks, the text that
+    stands directly in the body (outside any element but the body), and the part labelled
+    as the message."""
 
     MAX_BLOCKS = 2
 
@@ -262,8 +291,16 @@ class _PageText(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.title = ""
         self.h1 = ""
+        self.h2 = ""
         self.blocks: list[tuple[str, str]] = []
         self.loose = ""
+        self.loose_first = False
+        """The loose text came before any block (a sentence after the heading, then `<P>`)."""
+        self.parts: dict[str, str] = {}
+        """The labelled parts (`PART_LABELS`) seen, by label."""
+        self._label: list[str] | None = None  # the text of a label element being read
+        self._part: str | None = None  # the label whose value is being read
+        self._value: list[str] | None = None  # the text after that label
         self._skip = 0
         self._open: str | None = None  # the element being collected
         self._buffer: list[str] = []
@@ -273,6 +310,8 @@ class _PageText(HTMLParser):
         if tag == "body":
             self._depth = 0
             return
+        if tag in LABELS and self._value is None:
+            self._label = []
         if self._depth is not None and tag not in VOID:
             self._depth += 1
         if tag in SKIPPED:
@@ -287,6 +326,13 @@ class _PageText(HTMLParser):
             self._buffer.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
+        if tag in LABELS and self._label is not None:
+            label = " ".join("".join(self._label).split()).rstrip(":").strip().lower()
+            self._label = None
+            wanted = label in PART_LABELS and label not in self.parts
+            self._part, self._value = (label, []) if wanted else (None, None)
+        elif tag in LABELLED_ENDS and self._value is not None:
+            self._end_part()
         if self._depth is not None and tag not in VOID and tag != "body":
             self._depth = max(0, self._depth - 1)
         if tag in SKIPPED:
@@ -298,17 +344,22 @@ class _PageText(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._skip:
             return
+        if self._label is not None:
+            self._label.append(data)
+        elif self._value is not None:
+            self._value.append(data.replace("\n", " "))
         if self._open is not None:
             text = data if self._open == "pre" else data.replace("\n", " ")
             self._buffer.append(text)
         elif self._depth == 0 and not self.loose.strip() and data.strip():
             self.loose = data.strip()
+            self.loose_first = not self.blocks and bool(self.h1 or self.h2)
 
     @property
     def complete(self) -> bool:
         """Everything a message needs has been seen: a detail (and the block after a detail
         that ends in a colon), and an h1 or a title."""
-        if not self.blocks or not (self.h1 or self.title):
+        if not self.blocks or not (self.h1 or self.title) or self._value is not None:
             return False
         first = self.blocks[0][1].rstrip()
         return len(self.blocks) == self.MAX_BLOCKS or not first.endswith(":")
@@ -317,12 +368,21 @@ class _PageText(HTMLParser):
         super().close()
         if self._open is not None:  # a page cut at SCAN_CHARS: keep what was read
             self._store(self._open, "".join(self._buffer))
+        if self._value is not None:
+            self._end_part()
+
+    def _end_part(self) -> None:
+        if self._part is not None and self._value is not None:
+            self.parts[self._part] = "".join(self._value)
+        self._part = self._value = None
 
     def _wanted(self, tag: str) -> bool:
         if tag == "title":
             return not self.title
         if tag == "h1":
             return not self.h1
+        if tag == "h2":
+            return not self.h2 and not self.h1
         return tag in ("p", "pre") and len(self.blocks) < self.MAX_BLOCKS
 
     def _store(self, tag: str, text: str) -> None:
@@ -332,6 +392,8 @@ class _PageText(HTMLParser):
             self.title = text
         elif tag == "h1":
             self.h1 = text
+        elif tag == "h2":
+            self.h2 = text
         else:
             self.blocks.append((tag, text))
 

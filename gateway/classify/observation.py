@@ -120,6 +120,12 @@ class Observation:
         items): `text` must be what reading `body` would give (`text` above)."""
         self._text = text
 
+    def known_json(self, value: Any) -> None:
+        """The JSON the rules see where the body's text is not JSON but the sender gave it
+        as data too (an MCP tool error's `structuredContent` beside a plain-text item)."""
+        if self.json is None:
+            self._json = value
+
     @property
     def inner_text(self) -> str | None:
         """An MCP failure's own message with its SDK's wrapping removed

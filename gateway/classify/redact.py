@@ -72,6 +72,8 @@ _VALUE = (
     r"""|(?P<secret>[^\s"'&,;<>\\\[{][^\s"'&,;<>\\]*)"""  # a bare word: to a space or delimiter
 )
 _SCHEMES = r"bearer|basic|token|apikey|digest"
+_NOT_A_TOOL_NAME = r"""(?<!\btool[ \t]{1,4}["']?[\w\-.]{0,40})"""
+"""Not inside a tool's name that follows the word "tool" (an SDK's wrapping names it)."""
 
 # The credential formats of gitleaks' rule list (config/gitleaks.toml), each with the
 # lower-case prefixes that name its issuer: the prefix, and a body long enough not to be a
@@ -220,9 +222,14 @@ def _rules() -> tuple[Rule, ...]:
         )
         rules.append(Rule(line_start, (hint,), lines=True))
         # Anywhere: the name, up to two words ("API key provided"), a separator, an
-        # authorization scheme if there is one, and the value.
+        # authorization scheme if there is one, and the value. Not inside the name of a tool
+        # that an SDK's words put before a colon ("Invalid arguments for tool get_tokens:",
+        # "Error executing tool rotate_secret:", "Error calling tool 'get_token':";
+        # gateway/classify/sdk_wrappers.py): that colon ends the wrapping, and what follows
+        # is the tool's message, not a value.
         pair = (
-            rf"(?i)(?:{name})[\w\-.]{{0,40}}+(?:[ \t]+[\w\-.]{{1,20}}+){{0,2}}?{_SEPARATOR}"
+            rf"(?i){_NOT_A_TOOL_NAME}(?:{name})[\w\-.]{{0,40}}+"
+            rf"(?:[ \t]+[\w\-.]{{1,20}}+){{0,2}}?{_SEPARATOR}"
             rf"(?:(?:{_SCHEMES})[ \t]+)?(?:{_VALUE})"
         )
         rules.append(Rule(pair, (hint,)))

@@ -10,6 +10,7 @@ None when the upstream gave no hint. The sources, most precise first:
 | AIP-193 `google.rpc.RetryInfo` | `error.details[].retryDelay: "30s"` |
 | IETF `RateLimit` (draft) | `RateLimit: "default";r=0;t=30`, `RateLimit-Reset: 30` |
 | `x-ratelimit-reset` | seconds, or a Unix time (GitHub), or `6m0s` |
+| a JSON body's own delay (an MCP envelope) | `retry_after_ms: 1500`, `retry_after_seconds: 30` |
 
 An MCP tool error's text ("retry after 30 seconds") is read by rules instead, through
 `retry_after_ms.capture` and `parse_duration_ms`.
@@ -39,6 +40,21 @@ _DETAILS = tuple(
 _DURATION = regex.compile(r"(?:(\d+(?:\.\d+)?)(ms|h|m|s))+\Z")
 _DURATION_PART = regex.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+BODY_DELAYS = tuple(
+    (parse_json_path(path), factor)
+    for key, factor in (
+        ("retry_after_ms", 1.0),
+        ("retryAfterMs", 1.0),
+        ("retry_after_seconds", 1000.0),
+        ("retryAfterSeconds", 1000.0),
+        ("retry_after", 1000.0),
+        ("retryAfter", 1000.0),
+    )
+    for path in (key, f"error.{key}")
+)
+"""A JSON body's own delay, top level or under `error`: the keys of the error envelopes MCP
+servers and their frameworks write (docs/rules.md#the-servers-own-envelope), a bare
+`retry_after` in seconds as Retry-After counts."""
 HINT_HEADERS = (
     "retry-after-ms",
     "Retry-After",
@@ -66,12 +82,26 @@ def hinted_delay_ms(obs: Observation, now: float | None = None) -> float | None:
             return found
     if obs.body is not None:
         found = retry_info_ms(obs.json)
+        if found is None:
+            found = body_delay_ms(obs.json)
         if found is not None:
             return found
     for source in _LATE_HEADER_SOURCES:
         found = source(headers, clock)
         if found is not None:
             return found
+    return None
+
+
+def body_delay_ms(body: Any) -> float | None:
+    """The first of `BODY_DELAYS` a JSON object holds as a non-negative number."""
+    if not isinstance(body, dict):
+        return None
+    for path, factor in BODY_DELAYS:
+        value = path.get(body)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and math.isfinite(value) and value >= 0:
+            return float(value) * factor
     return None
 
 
@@ -224,6 +254,7 @@ def _proto_duration_ms(value: Any) -> float | None:
 
 __all__ = [
     "HINT_HEADERS",
+    "body_delay_ms",
     "hinted_delay_ms",
     "parse_duration_ms",
     "parse_retry_after",

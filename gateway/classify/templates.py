@@ -94,7 +94,7 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
         for path in message_paths:
             found = message_at(path, body)
             if found and not says_only_status(found):
-                return found
+                return _with_details(found, body) if obs.tool is not None else found
             phrase = phrase or found
         if phrase:
             return phrase
@@ -122,6 +122,17 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
         except ValueError:
             return f"HTTP {obs.status}"
     return "Request failed"
+
+
+def _with_details(message: str, body: Any) -> str:
+    """An MCP tool's envelope keeps its cause in `details` beside a summary `message` (AWS
+    Labs' servers: "AWS service connection error: EndpointConnectionError" and botocore's
+    "Could not connect to the endpoint URL: …"): both, when `details` is a string the
+    message does not already hold."""
+    details = body.get("details") if isinstance(body, dict) else None
+    if not isinstance(details, str) or not details.strip() or details.strip() in message:
+        return message
+    return f"{message}: {details.strip()}"
 
 
 def message_at(path: JsonPath, body: Any) -> str | None:

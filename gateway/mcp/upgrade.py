@@ -148,6 +148,9 @@ class Upgrader:
         obs = tool_error_observation(
             site, pending, tool_error_text(result), self._safe(site, pending)
         )
+        structured = result.get("structuredContent")
+        if isinstance(structured, dict):  # the server's envelope, when its text is not JSON
+            obs.known_json(structured)
         if reported_success:  # tried only on the rules written for such results
             obs.kind = ObservationKind.REPORTED_SUCCESS
         obs.missing_arguments = self._missing(site, pending)

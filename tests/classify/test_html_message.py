@@ -116,6 +116,59 @@ TORNADO_409 = (
     "<html><title>409: Item is being edited by someone else</title>"
     "<body>409: Item is being edited by someone else</body></html>"
 )
+# Pages that label their parts (docs/rules.md#errormessage): Tomcat's ErrorReportValve
+# (java/org/apache/catalina/valves/ErrorReportValve.java, report(): a <p><b>Type</b> …,
+# <p><b>Message</b> …, <p><b>Description</b> … per part) and Jetty 9.4's ErrorHandler
+# (jetty-server/…/handler/ErrorHandler.java, writeErrorPageMessage: an <h2>HTTP ERROR N
+# message</h2> and a table of URI:, STATUS:, MESSAGE:, SERVLET: rows).
+TOMCAT_STATUS_REPORT = (
+    '<!doctype html><html lang="en"><head><title>HTTP Status 409 &ndash; Conflict</title><style'
+    ' type="text/css">h1, h2, h3, b {color:white;}</style></head><body><h1>HTTP Status 409 '
+    '&ndash; Conflict</h1><hr class="line" /><p><b>Type</b> Status Report</p><p><b>Message</b> '
+    "Order &#39;A-7&#39; was shipped already</p><p><b>Description</b> The request could not be "
+    "completed due to a conflict with the current state of the target resource.</p><hr "
+    'class="line" /><h3>Apache Tomcat/10.1.24</h3></body></html>'
+)
+TOMCAT_NO_MESSAGE = (
+    '<!doctype html><html lang="en"><head><title>HTTP Status 405 &ndash; Method Not '
+    "Allowed</title></head><body><h1>HTTP Status 405 &ndash; Method Not Allowed</h1><hr "
+    'class="line" /><p><b>Type</b> Status Report</p><p><b>Description</b> The method received '
+    "in the request-line is known by the origin server but not supported by the target "
+    'resource.</p><hr class="line" /><h3>Apache Tomcat/10.1.24</h3></body></html>'
+)
+JETTY_404 = """<html>
+<head>
+<meta http-equiv="Content-Type" content="text/html;charset=ISO-8859-1"/>
+<title>Error 404 Order 88 is not on file</title>
+</head>
+<body><h2>HTTP ERROR 404 Order 88 is not on file</h2>
+<table>
+<tr><th>URI:</th><td>/orders</td></tr>
+<tr><th>STATUS:</th><td>404</td></tr>
+<tr><th>MESSAGE:</th><td>Order 88 is not on file</td></tr>
+<tr><th>SERVLET:</th><td>orders</td></tr>
+</table>
+<hr/><a href="https://eclipse.org/jetty">Powered by Jetty://</a><hr/>
+</body>
+</html>
+"""
+# An HTML 2.0 page: the sentence stands after the <H1>, and the one <P> holds only the
+# <ADDRESS> line (Yaws' 404; mochiweb and webmachine write the same shape).
+HTML2_404 = (
+    '<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN"><HTML><HEAD><TITLE>404 Not Found'
+    "</TITLE></HEAD><BODY><H1>Not Found</H1>The requested URL /orders/9 was not found on "
+    "this server.<P><HR><ADDRESS> Example/1.0 Server at api:8080 </ADDRESS></BODY></HTML>"
+)
+# A crash page with an <h2> and a <pre> of the runtime's report (Yaws' "yaws code crashed").
+H2_CRASH = """<html>
+<body>
+<h2>Internal error, the page's code crashed</h2><br /><hr />
+<pre>
+
+ERROR erlang code threw an uncaught exception:
+ File: /srv/www/order.yaws:1
+Class: error
+</pre><hr /></body></html>"""
 
 PAGES = {
     "flask-abort": (FLASK_ABORT, "Bad Request: Quantity must be a positive integer & <= 10"),
@@ -147,6 +200,21 @@ PAGES = {
         "server",
     ),
     "tornado-409": (TORNADO_409, "Item is being edited by someone else"),
+    "tomcat-message": (TOMCAT_STATUS_REPORT, "Conflict: Order 'A-7' was shipped already"),
+    "tomcat-description": (
+        TOMCAT_NO_MESSAGE,
+        "Method Not Allowed: The method received in the request-line is known by the origin "
+        "server but not supported by the target resource.",
+    ),
+    "jetty-404": (JETTY_404, "Order 88 is not on file"),
+    "html2-404": (
+        HTML2_404,
+        "Not Found: The requested URL /orders/9 was not found on this server.",
+    ),
+    "h2-crash": (
+        H2_CRASH,
+        "Internal error, the page's code crashed: ERROR erlang code threw an uncaught exception",
+    ),
 }
 LEAKS = ("secret", "/home/", "/srv/", "site-packages", "node_modules", ".py", ".js", "Traceback")
 

@@ -86,6 +86,16 @@ ISSUE_CASES = {
     ),
     "yaml list": ("password:\n  - hunter2pass\n  - other-one\nhost: db\n", "other-one", "host"),
     "yaml multi-word": ("user: ann\npassword: correct horse battery\nhost: db", "horse", "db"),
+    "after a tool's name": (
+        "Error executing tool login: password: hunter2pass was refused",
+        "hunter2pass",
+        "was refused",
+    ),
+    "a tool's argument": (
+        "Error calling tool 'connect': api_token: tok-12345678 rejected",
+        "tok-12345678",
+        "rejected",
+    ),
 }
 
 
@@ -146,6 +156,12 @@ KEPT = [
     "Your task has been queued in Asia/Tokyo; see https://status.example.com/incidents/42",
     "ssh://git@github.com/org/repo.git is not reachable",
     "Field 'email' must be a valid address (got bob@example.com)",
+    # A tool named in an SDK's wrapping, then the tool's own message (the TypeScript SDK's
+    # validation error, the Python SDK's and FastMCP's wrappers).
+    "Input validation error: Invalid arguments for tool get_tokens: Invalid option: expected "
+    'one of "colors"',
+    "Error executing tool rotate_secret: Invalid rotation period",
+    "Error calling tool 'get_token': Missing scope",
 ]
 
 
