@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway.config.models import FleetSpec, FollowupsSpec
+from gateway.config.fleet_model import FleetSpec
+from gateway.config.models import FollowupsSpec
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook
 from gateway.feedback.shared import SharedTracking

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.models import FleetSpec
+from gateway.config.fleet_model import FleetSpec
 from gateway.feedback.fleet_scripts import batch_script
 from gateway.telemetry.metrics import STORE_DEGRADED, STORE_DROPPED, STORE_UP
 

@@ -28,9 +28,9 @@ from http import HTTPStatus
 
 from aiohttp import web
 
+from gateway.config.fleet_model import WILDCARD_HOSTS
 from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
-from gateway.config.models import WILDCARD_HOSTS
 from gateway.config.session_keys import SessionKeys
 from gateway.exchange.connection import GatewayProtocol, head_refusal
 from gateway.feedback.shared import SharedTracking

@@ -14,6 +14,7 @@ import yaml
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
 from gateway.config.watch import ConfigRecord, reloaded_config
+from tests.support.secrets import write_secret
 
 TOKEN = "a-token-of-sixteen-or-more"
 KEY = "k" * 40
@@ -54,8 +55,8 @@ def test_a_config_that_cannot_be_read_names_itself(tmp_path: Path) -> None:
 
 def test_every_token_and_key_file_is_watched(tmp_path: Path) -> None:
     for name in ("resolver.token", "admin.token", "redis.password"):
-        (tmp_path / name).write_text(TOKEN + "\n")
-    (tmp_path / "session.keys").write_text(KEY + "\n")
+        write_secret(tmp_path / name, TOKEN + "\n")
+    write_secret(tmp_path / "session.keys", KEY + "\n")
     keys = {"keys": [{"name": "a", "key": "sha256:" + "0" * 64}]}
     write(tmp_path / "keys.yaml", keys)
     data = base(
@@ -78,8 +79,8 @@ def test_every_token_and_key_file_is_watched(tmp_path: Path) -> None:
 def test_the_fleets_secrets_take_effect_on_restart(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (tmp_path / "redis.password").write_text(TOKEN + "\n")
-    (tmp_path / "session.keys").write_text(KEY + "\n")
+    write_secret(tmp_path / "redis.password", TOKEN + "\n")
+    write_secret(tmp_path / "session.keys", KEY + "\n")
     fleet = {
         "redis": "redis://127.0.0.1:9/0",
         "password_file": "redis.password",
@@ -87,8 +88,8 @@ def test_the_fleets_secrets_take_effect_on_restart(
     }
     path = write(tmp_path / "gateway.yaml", base(fleet=fleet))
     running = load_config(str(path))
-    (tmp_path / "redis.password").write_text("another-password-of-16\n")
-    (tmp_path / "session.keys").write_text("m" * 40 + "\n" + KEY + "\n")
+    write_secret(tmp_path / "redis.password", "another-password-of-16\n")
+    write_secret(tmp_path / "session.keys", "m" * 40 + "\n" + KEY + "\n")
     with caplog.at_level(logging.WARNING, logger="mendpoint.reload"):
         reloaded = reloaded_config(str(path), running)
     assert reloaded.fleet_password == running.fleet_password == TOKEN

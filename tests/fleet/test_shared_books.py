@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from gateway.config.fleet_model import FleetSpec
 from gateway.config.loader import load_config
-from gateway.config.models import FleetSpec, FollowupsSpec
+from gateway.config.models import FollowupsSpec
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook
 from gateway.feedback.shared import OUTCOMES, SharedTracking

@@ -25,6 +25,7 @@ from tests.support.gateway import (
     wait_ready,
 )
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 from tests.support.waits import patience
 
 TOKEN = "admin-token-0123456789abcdef"
@@ -119,7 +120,7 @@ async def test_get_config_says_what_runs_and_why_a_reload_failed(
     upstream = await start_upstream(slow_gone_app())
     port, admin = free_port(), free_port()
     token_file = tmp_path / "admin.token"
-    token_file.write_text(TOKEN + "\n")
+    write_secret(token_file, TOKEN + "\n")
     config: dict[str, Any] = {
         "listen": f"127.0.0.1:{port}",
         "admin": f"127.0.0.1:{admin}",
