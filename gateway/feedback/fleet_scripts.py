@@ -210,9 +210,11 @@ end
 def batch_script(scripts: dict[str, str]) -> str:
     """One script running a list of `[name, key places, argument]` calls of `scripts`, each
     over the keys at those places of KEYS (1-based; a key several calls name is sent once);
-    answers a JSON list, an error as `{"err": text}`. Each argument is an object inside the
-    plan, not JSON text of its own: encoded once on the gateway (json.dumps of the plan) and
-    decoded once in Redis."""
+    answers a JSON pair: the list of results, an error as `{"err": text}`, and the messages
+    to publish, `[channel, text]` each. The gateway signs and publishes those itself: the
+    fleet's key never reaches Redis (docs/security.md#fleet-store). Each argument is an
+    object inside the plan, not JSON text of its own: encoded once on the gateway (json.dumps
+    of the plan) and decoded once in Redis."""
     handlers = "".join(
         f"handlers[{name!r}] = function(KEYS, a)\n{text.strip()}\nend\n"
         for name, text in scripts.items()
@@ -234,10 +236,11 @@ for i, call in ipairs(plan) do
   end
   out[i] = result
 end
+local messages = {}
 for _, channel in ipairs(channels) do
-  redis.call('PUBLISH', channel,
-    sender[channel] .. SEP .. '[' .. table.concat(published[channel], ',') .. ']')
+  table.insert(messages, {channel,
+    sender[channel] .. SEP .. '[' .. table.concat(published[channel], ',') .. ']'})
 end
-return cjson.encode(out)
+return cjson.encode({out, messages})
 """
     )

@@ -511,6 +511,16 @@ CASES: dict[str, Bad] = {
         "gateway.yaml:5: fleet.redis",
         "password_file",
     ),
+    "fleet-without-a-key": Bad(
+        HEAD + FLEET,
+        "gateway.yaml:4: fleet",
+        "key_file is required: it signs what replicas share",
+    ),
+    "fleet-key-file-missing": Bad(
+        HEAD + FLEET + "  key_file: none.key\n",
+        "gateway.yaml:6: fleet.key_file",
+        "cannot read @DIR@/none.key",
+    ),
     "fleet-not-a-redis-url": Bad(
         HEAD + "fleet:\n  redis: http://127.0.0.1:6379\n", "gateway.yaml:5: fleet.redis", ""
     ),
@@ -520,12 +530,14 @@ CASES: dict[str, Bad] = {
         "",
     ),
     "fleet-tls-without-rediss": Bad(
-        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  tls: {insecure: true}\n",
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  tls: {insecure: true}\n"
+        "  key_file: k.key\n",
         "gateway.yaml:4: fleet",
         "rediss://",
     ),
     "fleet-missing-password-file": Bad(
-        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  password_file: nope.txt\n",
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  password_file: nope.txt\n"
+        "  key_file: k.key\n",
         "gateway.yaml:6: fleet.password_file",
         "cannot read @DIR@/nope.txt",
     ),
@@ -535,7 +547,8 @@ CASES: dict[str, Bad] = {
         "",
     ),
     "fleet-tls-file-unreadable": Bad(
-        HEAD + "fleet:\n  redis: rediss://127.0.0.1:6380/0\n  tls: {ca_file: none.pem}\n",
+        HEAD + "fleet:\n  redis: rediss://127.0.0.1:6380/0\n  tls: {ca_file: none.pem}\n"
+        "  key_file: k.key\n",
         "gateway.yaml:6: fleet.tls",
         "cannot read a TLS file",
     ),
