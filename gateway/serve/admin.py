@@ -36,9 +36,16 @@ from gateway.feedback.store import StoreDown
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.resolve.auth import TokenFile
 from gateway.serve.admin_guard import OPEN_PATHS, rebinding_guard
-from gateway.serve.console.pages import LOGIN, ConsoleSources, add_console, guard, is_console
-from gateway.serve.console.pages import presented_token as console_token
+from gateway.serve.console.pages import (
+    LOGIN,
+    ConsoleSources,
+    add_console,
+    console_refusal,
+    guard,
+    is_console,
+)
 from gateway.serve.console.pages import refused as console_refused
+from gateway.serve.console.sessions import ConsoleSessions
 from gateway.serve.console.window import RecentCounts, Samples
 from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import (
@@ -92,7 +99,10 @@ def build_admin_app(
     store the books count in, which answers while it is up. With `config` (the running
     config) the console is served at /ui, its figures read from `counters` (by default this
     process's own); with `config_status`, /config answers it."""
-    middlewares = [rebinding_guard(hosts) if tokens is None else _token_required(tokens)]
+    sessions = None if tokens is None else ConsoleSessions(tokens)
+    middlewares = [
+        rebinding_guard(hosts) if sessions is None else _token_required(sessions.tokens, sessions)
+    ]
     if config is not None:
         middlewares.insert(0, guard())
     app = web.Application(middlewares=middlewares)
@@ -114,7 +124,8 @@ def build_admin_app(
     app.router.add_get("/config", _config)
     if config is not None:
         counts = RecentCounts(counters or console_samples())
-        add_console(app, ConsoleSources(config, app[GAPS], app[FOLLOWUPS], counts, tokens))
+        sources = ConsoleSources(config, app[GAPS], app[FOLLOWUPS], counts, tokens, sessions)
+        add_console(app, sources)
     return app
 
 
@@ -125,7 +136,7 @@ NEEDS_TOKEN = (
 )
 
 
-def _token_required(tokens: TokenFile) -> Middleware:
+def _token_required(tokens: TokenFile, sessions: ConsoleSessions) -> Middleware:
     """Every path but the probes' needs `Authorization: Bearer TOKEN`, a new one included:
     /metrics names routes, rules and traffic, /gaps the upstreams' (redacted) messages."""
 
@@ -133,10 +144,11 @@ def _token_required(tokens: TokenFile) -> Middleware:
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in OPEN_PATHS and not _signing_in(request):
             console = is_console(request.path)
-            authorization = (
-                console_token(request) if console else request.headers.get(hdrs.AUTHORIZATION)
+            reason = (
+                console_refusal(request, tokens, sessions)
+                if console
+                else tokens.check(request.headers.get(hdrs.AUTHORIZATION))
             )
-            reason = tokens.check(authorization)
             if reason is not None:
                 ADMIN_AUTH_FAILURES.labels(reason=reason).inc()
                 if console:
