@@ -8,17 +8,16 @@ listener (the workers open none):
 
 - /metrics sums every worker's metrics. Each worker writes them to files in a private
   directory (`observe.MULTIPROC_DIR_ENV`), and `observe.WorkerMetrics` reads them all.
-- /readyz answers 200 only while every worker is ready and nothing is draining, and lists the
-  workers. /gaps and /followups join every worker's table, asked over each link.
+- /readyz answers 200 only while every worker is ready and nothing is draining; /gaps and
+  /followups join every worker's table, asked over each link.
 - /ui, the console, reads the same sums and the config, which the supervisor reloads as the
   workers do (docs/operations.md#console).
 
-Signals:
-
-- SIGHUP is forwarded to every worker, and each reloads as a single gateway does. A worker
-  that has not finished starting gets the signal once it is ready.
-- SIGTERM and SIGINT are forwarded. The supervisor waits for every worker to drain, then
-  exits 0 (1 if one had to be killed).
+It also counts every worker's bridge sessions against the routes' bounds
+(gateway.mcp.session_ledger). Signals: SIGHUP is forwarded to every worker (one not yet ready
+gets it once it is), and each reloads as a single gateway does; SIGTERM and SIGINT are
+forwarded, and the supervisor waits for every worker to drain, then exits 0 (1 if one had to
+be killed).
 
 A worker that exits unexpectedly is started again, after a back-off that doubles from 0.5 s
 to 30 s while the worker keeps dying within 10 s of its start. A failure during start-up (bad
@@ -48,6 +47,7 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
 from gateway.config.watch import ConfigRecord, ConfigWatcher, reloaded_config
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
+from gateway.mcp.session_ledger import Ledger, answer_claim
 from gateway.serve import listeners, process_tuning
 from gateway.serve.admin import (
     FollowupTable,
@@ -113,6 +113,7 @@ class Supervisor:
         self.address = listen
         self.admin_address: tuple[str, int] | None = None
         self.metrics = SupervisorMetrics()
+        self.sessions = Ledger()  # every worker's bridge sessions
 
     @property
     def ready(self) -> bool:
@@ -278,6 +279,7 @@ class Supervisor:
                     ask.set_result([])
             if self._workers.get(index) is worker:
                 del self._workers[index]
+            self.sessions.forget(worker.pid)  # its sessions ended with it
             try:
                 retire_worker(self._metrics_path, worker.pid)
             except OSError as exc:
@@ -308,14 +310,15 @@ class Supervisor:
                     self._on_ready(worker, message["ready"] is True)
                 if "followup" in message:
                     self._share_followup(worker, message["followup"])
+                if (answer := answer_claim(self.sessions, worker.pid, message)) is not None:
+                    worker.send(answer)
                 ask_id = message.get("id")
                 ask = worker.asks.pop(ask_id, None) if isinstance(ask_id, int) else None
                 if ask is not None and not ask.done():
                     ask.set_result(message)
 
     def _share_followup(self, origin: Worker, event: object) -> None:
-        """An open or settled failure in one worker, replicated to the others
-        (gateway.feedback.followups), so a follow-up is matched whichever worker receives it."""
+        """One worker's open or settled failure, to the others (gateway.feedback.followups)."""
         for worker in self._workers.values():
             if worker is not origin:
                 worker.send({"followup": event})

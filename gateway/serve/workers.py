@@ -11,8 +11,12 @@
                              {"id": N, "followups": {"window_s": W, "rows": [...],
                               "scope": {...}}}   scope "fleet": the store's, not summed
                              {"followup": {"op": "open"|"close", ...}}  (feedback.followups)
+                             {"claim": {"n": N, "route": R, "holder": H, "holder_limit": L,
+                              "route_limit": M}}   a bridge session to start (session_ledger)
+                             {"release": {"route": R, "holder": H}}   one that ended
       supervisor -> worker   {"id": N, "op": "gaps"|"followups"}
                              {"followup": ...}   another worker's, passed on to every other one
+                             {"claimed": {"n": N, "verdict": "granted"|"holder"|"route"}}
 
   End-of-file on the link tells a worker that its supervisor is gone, however it died: the
   worker stops at once (no drain delay; requests in flight still get `shutdown.grace_s`), so
@@ -44,6 +48,8 @@ from typing import Any, Literal
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import MAX_WORKERS
 from gateway.feedback.store import StoreDown
+from gateway.mcp.session_ledger import WorkerLedger
+from gateway.mcp.sessions_state import MCP_RUNTIME
 from gateway.serve.admin import FLEET, MAX_GAPS, PROCESS, local_gaps, store_down
 from gateway.serve.app import GatewayServer
 from gateway.serve.listeners import is_any_ipv6
@@ -120,6 +126,7 @@ class WorkerLink:
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
         self._asked: set[asyncio.Task[None]] = set()
+        self._sessions = WorkerLedger(self._send)
 
     async def attach(self, server: GatewayServer, stop_now: Callable[[], None]) -> None:
         os.set_inheritable(self._fd, False)  # not into MCP bridge children
@@ -128,6 +135,7 @@ class WorkerLink:
         server.on_ready.append(self._report)
         self._report(server.ready)
         server.followups.publish = self._publish_followup
+        server.app[MCP_RUNTIME].bridges.counts = self._sessions  # counted by the supervisor
         self._task = asyncio.get_running_loop().create_task(self._serve(reader, server, stop_now))
 
     def _report(self, ready: bool) -> None:
@@ -155,6 +163,8 @@ class WorkerLink:
     def _answer(self, message: dict[str, Any], server: GatewayServer) -> None:
         if isinstance(message.get("followup"), dict):
             server.followups.apply(message["followup"])
+        elif "claimed" in message:
+            self._sessions.answered(message["claimed"])
         elif message.get("op") in ("gaps", "followups"):
             # With a fleet store the answer is the store's, read within fleet.timeout_ms.
             task = asyncio.get_running_loop().create_task(self._table(message, server))
