@@ -37,7 +37,7 @@ from gateway.feedback.fleet_events import (
 )
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, OpenFailure, Outcome
-from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.feedback.signatures import Gap, GapSample, Signature, SignatureBook, ranked
 from gateway.feedback.store import (
     COUNTS_TTL_S,
     KEY_MARGIN_MS,
@@ -50,7 +50,6 @@ from gateway.feedback.store import (
 )
 from gateway.telemetry.metrics import RECOVERY_SECONDS, count_followup
 
-Ranked = list[tuple[Signature, int]]
 OUTCOMES = frozenset(o.value for o in Outcome)
 MAX_ROWS = 4096
 """(route, code) pairs /followups shows from the store: a config's routes times its codes."""
@@ -190,7 +189,7 @@ class SharedTracking:
         }
         self._call("sweep", (keys.due, keys.tally), arguments, self._abandoned)
 
-    def gap(self, signature: Signature) -> None:
+    def gap(self, signature: Signature, sample: GapSample | None = None) -> None:
         member = json.dumps([signature.route, signature.status, signature.text])
         arguments = {"member": member, "capacity": self.gaps_capacity, "counts_ttl_s": COUNTS_TTL_S}
         self._call("gap", (self.store.keys.gaps,), arguments)
@@ -318,11 +317,11 @@ class SharedTracking:
             row["recovery_samples_ms"] = [float(v) for v in values if _is_number(v)]
         return list(by_code.values())
 
-    async def gaps(self, limit: int) -> Ranked:
+    async def gaps(self, limit: int, window_s: float) -> list[Gap]:
         members = await self.store.bounded(
             self.store.redis.zrevrange(self.store.keys.gaps, 0, limit - 1, withscores=True)
         )
-        ranked: Ranked = []
+        found: list[Gap] = []
         for member, score in members:
             try:
                 route, status, text = json.loads(member)
@@ -335,9 +334,11 @@ class SharedTracking:
             if not isinstance(text, str) or len(text) > MAX_GAP_TEXT:
                 rejected("gap", "oversized")
                 continue
-            ranked.append((Signature(route, status, text), int(score)))
-        ranked.sort(key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text))
-        return ranked
+            found.append(Gap(Signature(route, status, text), int(score)))
+        return ranked(found, limit)
+
+    async def reset_gaps(self) -> None:
+        await self.store.bounded(self.store.redis.delete(self.store.keys.gaps))
 
 
 async def _both(store: FleetStore, tally: str, rules: str) -> tuple[dict[str, str], dict[str, str]]:

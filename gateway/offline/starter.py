@@ -32,7 +32,8 @@ from gateway.offline.openapi import ApiDocument, ErrorResponse, Operation
 from gateway.offline.probe import Probe
 from gateway.offline.yaml_writer import Comment, Mapping, Noted, Sequence, block, emit
 
-MAX_CODE_WORDS = 6
+MAX_CODE_CHARS = 48
+"""A drafted code's length at most: whole words, so `error.code` stays a readable constant."""
 GENERIC_WORDS = frozenset(
     {"error", "errors", "response", "failed", "failure", "invalid", "request", "the", "a", "an"}
 )
@@ -89,12 +90,21 @@ def _default_categories() -> dict[int, Category]:
 
 
 def upper_snake(text: str) -> str:
-    """ "Order already exists" → ORDER_ALREADY_EXISTS (at most six words, 64 characters)."""
+    """ "Order already exists" → ORDER_ALREADY_EXISTS: as many whole words as fit in
+    `MAX_CODE_CHARS` (a code is never cut inside a word; only a first word longer than that
+    is cut)."""
     words = re.findall(r"[A-Za-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text))
-    code = "_".join(w.upper() for w in words[:MAX_CODE_WORDS])[:64].strip("_")
+    code = ""
+    for word in (w.upper() for w in words):
+        joined = f"{code}_{word}" if code else word
+        if len(joined) + (2 if joined[0].isdigit() else 0) > MAX_CODE_CHARS:
+            break
+        code = joined
+    if not code and words:
+        code = words[0].upper()[: MAX_CODE_CHARS - 2]
     if code and code[0].isdigit():
         code = "E_" + code
-    return code[:64]
+    return code
 
 
 def says_more_than_status(description: str, status: int) -> bool:

@@ -227,11 +227,11 @@ async def test_gaps_are_one_bounded_table_for_the_fleet(
     for text in ("one", "two", "three", "four"):  # past the capacity of 4
         gaps_b.record("orders", "409", text)
     await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
-    ranked = await shared_a.gaps(10)
-    assert ranked == await shared_b.gaps(10)
+    ranked = await shared_a.gaps(10, 900)
+    assert ranked == await shared_b.gaps(10, 900)
     assert len(ranked) == 4
-    top, count = ranked[0]
-    assert (top.route, top.status, top.text, count) == (
+    top = ranked[0]
+    assert (top.signature.route, top.signature.status, top.signature.text, top.count) == (
         "orders",
         "400",
         "qty # must be positive",

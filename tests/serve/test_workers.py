@@ -292,7 +292,7 @@ async def test_workers_share_the_port_and_metrics_add_up(
             gaps = (await response.json())["signatures"]
         async with session.get(gateway.base + "/metrics") as response:
             assert response.status == 410  # the data port proxies it; the workers have no admin
-    assert gaps == [
+    assert [{k: row[k] for k in ("route", "status", "signature", "count")} for row in gaps] == [
         {
             "route": "api",
             "status": "404",
@@ -300,6 +300,8 @@ async def test_workers_share_the_port_and_metrics_add_up(
             "count": 30,
         }
     ]
+    assert gaps[0]["covered_by"] is None  # the supervisor's own config decides it
+    assert gaps[0]["sample"]["status"] == 404
 
 
 async def test_follow_ups_are_matched_whichever_worker_receives_them(
