@@ -80,6 +80,8 @@ MAX_WINDOW_S = BUCKET_S * SLOTS
 DEFAULT_WINDOW_S = 900
 SAMPLE_BODY_BYTES = 4096
 SAMPLE_EVERY_S = 60.0
+MAX_SAMPLE_PATH = 16 << 10
+"""A sample's path, message or header at most (characters): what a request head can hold."""
 SAMPLE_HEADERS = ("Content-Type", "Retry-After", "WWW-Authenticate")
 """The response headers a sample keeps: those a capture keeps by default."""
 
@@ -127,6 +129,16 @@ class GapSample:
         ):
             return None
         method, path, body, message = (str(text) for text in texts)
+        if (  # no larger than a book makes one: a row from the store is checked as an event is
+            len(method) > 32
+            or len(path) > MAX_SAMPLE_PATH
+            or len(body) > SAMPLE_BODY_BYTES
+            or len(message) > MAX_SAMPLE_PATH
+            or len(headers) > len(SAMPLE_HEADERS)
+            or any(len(k) + len(v) > MAX_SAMPLE_PATH for k, v in headers.items())
+            or (transport is not None and len(transport) > 32)
+        ):
+            return None
         pairs = tuple((str(k), v) for k, v in headers.items())
         truncated = bool(data.get("truncated", False))
         return cls(method, path, status, transport, pairs, body, truncated, message)
@@ -139,16 +151,19 @@ def sample_of(event: Classified, redactor: Redactor) -> GapSample | None:
         return None
     body, cut = redactor.copy(event.body, SAMPLE_BODY_BYTES)
     wanted = {name.lower() for name in SAMPLE_HEADERS}
-    headers = tuple((k, redactor.text(v)) for k, v in event.headers.items() if k.lower() in wanted)
+    cap = MAX_SAMPLE_PATH // 2  # header name and value together within MAX_SAMPLE_PATH
+    headers = tuple(
+        (k[:cap], redactor.text(v)[:cap]) for k, v in event.headers.items() if k.lower() in wanted
+    )
     return GapSample(
-        method=event.method,
-        path=redactor.text(event.path),
+        method=event.method[:32],
+        path=redactor.text(event.path)[:MAX_SAMPLE_PATH],
         status=event.status,
         transport=event.transport.value if event.transport is not None else None,
         headers=headers,
         body=body,
         truncated=cut,
-        message=event.failure.message,
+        message=event.failure.message[:MAX_SAMPLE_PATH],
     )
 
 
@@ -161,9 +176,14 @@ class Gap:
     sample: GapSample | None = None
 
 
-def ranked(gaps: list[Gap], limit: int) -> list[Gap]:
+def rank_key(gap: Gap) -> tuple[int, str, str, str]:
     """Most failures first; ties in the order of route, status and text."""
-    gaps.sort(key=lambda g: (-g.count, g.signature.route, g.signature.status, g.signature.text))
+    return (-gap.count, gap.signature.route, gap.signature.status, gap.signature.text)
+
+
+def ranked(gaps: list[Gap], limit: int) -> list[Gap]:
+    """The top `limit` of `gaps` (`rank_key`)."""
+    gaps.sort(key=rank_key)
     return gaps[:limit]
 
 
@@ -225,9 +245,9 @@ class SignatureBook:
         self.clock = clock
         """Unix seconds: buckets are wall-clock, so every replica of a fleet agrees on them."""
         self._tallies: dict[Signature, _Tally] = {}
-        self.shared: Callable[[Signature, GapSample | None], None] | None = None
-        """Told of every signature, and of a sample when one is taken, when a fleet store
-        counts them too (gateway.feedback.shared)."""
+        self.shared: Callable[[Signature, GapSample | None, float], None] | None = None
+        """Told of every signature, of a sample when one is taken, and of the time (`clock`),
+        when a fleet store counts them too (gateway.feedback.shared)."""
 
     def record(
         self,
@@ -256,7 +276,7 @@ class SignatureBook:
             if taken is not None:
                 tally.sample, tally.sampled_at = taken, now
         if self.shared is not None:
-            self.shared(signature, taken)
+            self.shared(signature, taken, now)
 
     def top(self, limit: int = 20, window_s: float = DEFAULT_WINDOW_S) -> list[Gap]:
         """The signatures with failures inside the last `window_s` seconds, most first."""
