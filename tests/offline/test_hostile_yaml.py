@@ -207,7 +207,8 @@ def test_init_writes_exactly_the_starter(value: str, tmp_path: Path) -> None:
         path_glob(r.operation.path) for r in starter.rules
     ]
     assert loaded["include"] == ["builtin:express"]
-    assert set(loaded) == {"listen", "include", "routes", "rules"}
+    assert set(loaded) == {"listen", "admin", "admin_token_file", "include", "routes", "rules"}
+    assert route["mode"] == "headers" and route["capture"]["only"] == "unmatched"
     fixtures = tmp_path / "gateway.fixtures.yaml"
     fixtures.write_text(render_fixtures(starter, value, value))
     assert read_yaml(str(fixtures)).data == {"cases": starter.fixtures}
