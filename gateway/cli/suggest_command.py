@@ -1,4 +1,5 @@
-"""`mendpoint suggest --from DIR_OR_ADMIN --config FILE --out FILE` (docs/rules.md#suggest)."""
+"""`mendpoint suggest --from DIR_OR_ADMIN --config FILE --out FILE`
+(docs/rules.md#drafts-from-traffic-capture-and-suggest)."""
 
 from __future__ import annotations
 
@@ -88,9 +89,6 @@ def _samples(
         named = f"{row.get('route')} {row.get('status')} {row.get('signature')!r}"
         found = row.get("count")
         count = found if isinstance(found, int) else 1
-        if row.get("covered_by"):
-            notes.append(f"{named} ({count} failures): covered by rule {row['covered_by']}")
-            continue
         kept = GapSample.from_record(row.get("sample"))
         sample = None if kept is None else sample_from_gap(str(row.get("route")), count, kept)
         if sample is None:

@@ -1,6 +1,6 @@
 """Drafts tried before they are shown: `mendpoint suggest` and the console's Gaps page offer
 a draft only when `explain`, run with the running config plus the drafts file, picks the
-draft for every one of its samples (docs/rules.md#suggest).
+draft for every one of its samples (docs/rules.md#drafts-from-traffic-capture-and-suggest).
 
 A group the running config already answers is not drafted: a rule of the operator's that
 names it now, or a shipped fallback that calls it retryable (a 429, a 503; gateway.offline.

@@ -234,7 +234,7 @@ def build(
     """The starter, written through `yaml_writer`: the document's paths, operation ids and
     descriptions and the probe's evidence come from the upstream, and none of them may add
     to the file (docs/security.md#drafted-yaml). It starts the retrofit loop
-    (docs/operations.md#the-retrofit-loop): `headers` mode, capture of what no rule names,
+    (docs/operations.md#the-rollout-loop): `headers` mode, capture of what no rule names,
     and the admin listener on loopback with its token."""
     packs = [p for p in guess_packs(document, probe) if p in available_packs]
     rules, skipped = draft_rules(document, route) if document is not None else ([], [])

@@ -1,5 +1,5 @@
 """`mendpoint suggest`: the failures no rule of yours names, grouped, and the ways a rule could
-match each group (docs/rules.md#suggest).
+match each group (docs/rules.md#drafts-from-traffic-capture-and-suggest).
 
 The failures come from a capture directory (a route's `capture:`) or from a running
 gateway's `/gaps`, whose every signature keeps one redacted sample: real requests and bodies

@@ -1,4 +1,4 @@
-"""The retrofit loop as a platform team runs it, end to end (docs/operations.md#the-retrofit-loop):
+"""The retrofit loop as a platform team runs it, end to end (docs/operations.md#the-rollout-loop):
 a legacy API behind a real gateway process in `headers` mode with capture and an admin
 token; its failures read from /gaps and `mendpoint gaps`; drafts from `mendpoint suggest`,
 from /gaps and from the captures, that win their own samples (`mendpoint test` on fixtures

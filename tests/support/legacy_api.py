@@ -1,4 +1,4 @@
-"""A legacy API of the kind the retrofit loop is for (docs/operations.md#the-retrofit-loop):
+"""A legacy API of the kind the retrofit loop is for (docs/operations.md#the-rollout-loop):
 each of its errors in a shape of its own, none of them a framework's, so only the shipped
 fallbacks name them until rules are written. Served by the tests as a real aiohttp app.
 
