@@ -56,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     gaps = sub.add_parser("gaps", help="print the top unmatched-error signatures of a gateway")
     gaps.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
     gaps.add_argument("--limit", type=int, default=20)
+    gaps.add_argument(
+        "--window",
+        type=int,
+        default=900,
+        metavar="SECONDS",
+        help="count the failures of the last SECONDS (default 900, at most 10800)",
+    )
+    gaps.add_argument(
+        "--reset", action="store_true", help="start the counts afresh (needs the admin token)"
+    )
     _admin_token_argument(gaps)
     gaps.set_defaults(run=_gaps)
     followups = sub.add_parser(
@@ -81,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="source", required=True, help="a capture directory, or an admin HOST:PORT"
     )
     suggest.add_argument("--out", required=True, help="the rule file to write")
+    suggest.add_argument(
+        "--config",
+        help="the config the gateway runs (default MENDPOINT_CONFIG): each draft is tried "
+        "with it on its own samples before it is written",
+    )
+    suggest.add_argument(
+        "--window",
+        type=int,
+        default=10_800,
+        metavar="SECONDS",
+        help="with --from HOST:PORT, the gaps of the last SECONDS (default and most: 10800)",
+    )
     suggest.add_argument("--force", action="store_true", help="replace existing files")
     _admin_token_argument(suggest)
     suggest.set_defaults(run=_suggest)
@@ -257,7 +279,7 @@ def _init(args: argparse.Namespace) -> int:
 def _suggest(args: argparse.Namespace) -> int:
     from gateway.cli.suggest_command import run_suggest
 
-    return run_suggest(args.source, args.out, args.force, args.token_file)
+    return run_suggest(args.source, args.out, args.force, args.token_file, args.config, args.window)
 
 
 def _check(args: argparse.Namespace) -> int:

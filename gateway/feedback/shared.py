@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.loaded import LoadedConfig
+from gateway.feedback import fleet_gaps
 from gateway.feedback.fleet_events import (
     MAX_TOOLS,
     Reason,
@@ -37,7 +38,7 @@ from gateway.feedback.fleet_events import (
 )
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, OpenFailure, Outcome
-from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.feedback.signatures import Gap, GapSample, Signature, SignatureBook
 from gateway.feedback.store import (
     COUNTS_TTL_S,
     KEY_MARGIN_MS,
@@ -50,11 +51,9 @@ from gateway.feedback.store import (
 )
 from gateway.telemetry.metrics import RECOVERY_SECONDS, count_followup
 
-Ranked = list[tuple[Signature, int]]
 OUTCOMES = frozenset(o.value for o in Outcome)
 MAX_ROWS = 4096
 """(route, code) pairs /followups shows from the store: a config's routes times its codes."""
-MAX_GAP_TEXT = 4096
 SUCCESS_MEMORY_MS = 5000
 """How long the store remembers a success that followed no failure it knew of, for the news
 of one that was on its way (docs/operations.md#fleet)."""
@@ -86,6 +85,8 @@ class SharedTracking:
         self.routes = routes
         """The running config's route names: the only ones another replica's event, or a
         Prometheus label read from the store, may name (set again on reload)."""
+        self.gaps_clock: Callable[[], float] = time.time
+        """Unix seconds: the `SignatureBook`'s clock, whose buckets the store counts in."""
         self.on_hints: Callable[[str, dict[str, Any]], object] | None = None
         """Where other replicas' tool annotations go (the MCP runtime's ToolBook)."""
 
@@ -190,10 +191,11 @@ class SharedTracking:
         }
         self._call("sweep", (keys.due, keys.tally), arguments, self._abandoned)
 
-    def gap(self, signature: Signature) -> None:
-        member = json.dumps([signature.route, signature.status, signature.text])
-        arguments = {"member": member, "capacity": self.gaps_capacity, "counts_ttl_s": COUNTS_TTL_S}
-        self._call("gap", (self.store.keys.gaps,), arguments)
+    def gap(self, signature: Signature, sample: GapSample | None, now: float) -> None:
+        """A failure of `signature` at `now` (the book's clock), with the sample the book took."""
+        self.store.enqueue(
+            fleet_gaps.write(self.store.keys, self.gaps_capacity, signature, sample, now)
+        )
 
     def _call(
         self,
@@ -318,26 +320,13 @@ class SharedTracking:
             row["recovery_samples_ms"] = [float(v) for v in values if _is_number(v)]
         return list(by_code.values())
 
-    async def gaps(self, limit: int) -> Ranked:
-        members = await self.store.bounded(
-            self.store.redis.zrevrange(self.store.keys.gaps, 0, limit - 1, withscores=True)
-        )
-        ranked: Ranked = []
-        for member, score in members:
-            try:
-                route, status, text = json.loads(member)
-            except (TypeError, ValueError):
-                rejected("gap", "malformed")
-                continue
-            if not (route_shaped(route) and isinstance(status, str) and len(status) <= 16):
-                rejected("gap", "bad_field")
-                continue
-            if not isinstance(text, str) or len(text) > MAX_GAP_TEXT:
-                rejected("gap", "oversized")
-                continue
-            ranked.append((Signature(route, status, text), int(score)))
-        ranked.sort(key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text))
-        return ranked
+    async def gaps(self, limit: int, window_s: float) -> list[Gap]:
+        """The fleet's top gaps inside the window, or StoreDown (gateway.feedback.fleet_gaps)."""
+        return await fleet_gaps.top(self.store, self.gaps_clock(), limit, window_s)
+
+    async def reset_gaps(self) -> None:
+        """Every count of the fleet's gaps gone, or StoreDown."""
+        await fleet_gaps.reset(self.store, self.gaps_clock())
 
 
 async def _both(store: FleetStore, tally: str, rules: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -395,5 +384,5 @@ def connect(
     routes = frozenset(route.name for route in loaded.config.routes)
     shared = SharedTracking(store, book, signatures.capacity, routes)
     book.shared = shared
-    signatures.shared = shared.gap
+    signatures.shared, shared.gaps_clock = shared.gap, signatures.clock
     return shared

@@ -92,6 +92,8 @@ class Keys:
         self.recovery_prefix = f"{base}:fu:recovery:"
         self.events = f"{base}:fu:events"
         self.gaps = f"{base}:gaps"
+        self.gap_samples = f"{base}:gaps:samples"
+        self.gap_bucket_prefix = f"{base}:gaps:b:"
         self.relay_prefix = f"{base}:relay:"
 
     def open(self, key: str) -> str:
@@ -99,6 +101,10 @@ class Keys:
 
     def succeeded(self, key: str) -> str:
         return f"{self.open_prefix[: -len('open:')]}ok:{key}"
+
+    def gap_bucket(self, bucket: int) -> str:
+        """The sorted set of one time bucket's gaps (gateway.feedback.signatures.bucket_of)."""
+        return f"{self.gap_bucket_prefix}{bucket}"
 
     def relay(self, replica: str) -> str:
         """Where `replica`'s internal relay port is (gateway.mcp.bridge_replicas)."""

@@ -50,15 +50,12 @@ from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
 from gateway.mcp.session_ledger import Ledger, answer_claim
 from gateway.serve import listeners, process_tuning
 from gateway.serve.admin import (
-    FollowupTable,
-    Ranked,
-    Scope,
     admin_tokens,
     build_admin_app,
     warn_if_exposed,
 )
 from gateway.serve.worker_process import STABLE_S, Worker, backoff_s, describe_exit
-from gateway.serve.worker_tables import workers_details, workers_followups, workers_gaps
+from gateway.serve.worker_tables import WorkerTables, workers_details
 from gateway.serve.workers import LINK_LIMIT, MetricsDir, format_host_port, reserve
 from gateway.telemetry.metrics import samples_of
 from gateway.telemetry.multiprocess import (
@@ -108,6 +105,7 @@ class Supervisor:
         self._stop_signal = signal.SIGTERM
         self._stopped = asyncio.Event()
         self._ids = itertools.count(1)
+        self.tables = WorkerTables(self._ask_all)  # the admin's /gaps, its reset, /followups
         self._env: dict[str, str] = {}
         self._metrics_path = ""
         self.address = listen
@@ -176,15 +174,16 @@ class Supervisor:
         warn_if_exposed(host, tokens)
         app = build_admin_app(
             lambda: self.ready,
-            self.gaps,
+            self.tables.gaps,
             metrics=worker_exposition(metrics_path, lambda: self.ready, self.metrics),
             details=self.details,
-            followups=self.followups,
+            followups=self.tables.followups,
             tokens=tokens,
             hosts=self.loaded.config.admin_hosts,
             config=lambda: self.loaded,
             config_status=self.record.to_json,
             counters=samples_of(WorkerCounters(metrics_path)),
+            reset=self.tables.reset_gaps,
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -407,27 +406,17 @@ class Supervisor:
         """For /readyz: each worker's pid, readiness and restart count."""
         return workers_details(self._workers, self._restarts)
 
-    async def gaps(self, limit: int) -> tuple[Ranked, Scope]:
-        """Every worker's table, counts summed per signature (gateway.serve.worker_tables); a
-        worker that does not answer within `ASK_TIMEOUT_S` is left out (and logged)."""
-        answers = await asyncio.gather(
-            *(self._ask(w, "gaps") for w in self._workers.values() if w.attached)
-        )
-        return workers_gaps(answers, limit)
+    async def _ask_all(self, op: str, **arguments: object) -> list[dict[str, Any]]:
+        """One question to every attached worker (gateway.serve.worker_tables joins them)."""
+        asked = (self._ask(w, op, arguments) for w in self._workers.values() if w.attached)
+        return await asyncio.gather(*asked)
 
-    async def followups(self) -> FollowupTable:
-        """Every worker's follow-up rows, summed per route and code (gateway.feedback.followups)."""
-        answers = await asyncio.gather(
-            *(self._ask(w, "followups") for w in self._workers.values() if w.attached)
-        )
-        return workers_followups(answers)
-
-    async def _ask(self, worker: Worker, op: str) -> dict[str, Any]:
+    async def _ask(self, worker: Worker, op: str, arguments: dict[str, object]) -> dict[str, Any]:
         """One question to one worker; its answer, or {} when it gives none in time."""
         ask_id = next(self._ids)
         answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         worker.asks[ask_id] = answer
-        worker.send({"id": ask_id, "op": op})
+        worker.send({"id": ask_id, "op": op, **arguments})
         try:
             message = await asyncio.wait_for(answer, ASK_TIMEOUT_S)
         except TimeoutError:

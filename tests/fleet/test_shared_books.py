@@ -21,7 +21,7 @@ from gateway.feedback.fleet_events import unseal
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, digest
 from gateway.feedback.shared import OUTCOMES, SharedTracking
-from gateway.feedback.signatures import SignatureBook
+from gateway.feedback.signatures import Gap, GapSample, SignatureBook
 from gateway.feedback.store import SEP, FleetStore
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.fleet import RedisServer, fleet_key
@@ -47,19 +47,34 @@ async def until(check: Callable[[], bool], timeout_s: float = 10) -> None:
 KEYS = SessionKeys.from_secrets(["shared-books-test-key-" + "0123456789abcdef" * 2])
 
 
+class Clock:
+    """The replicas' Unix seconds, moved by a test (both read the same one)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
 @pytest.fixture
 async def replicas(
-    redis_server: RedisServer,
+    redis_server: RedisServer, clock: Clock
 ) -> AsyncIterator[Callable[..., Awaitable[Replica]]]:
     stores: list[FleetStore] = []
 
     async def make(**fleet: Any) -> Replica:
         book = FollowupBook(FollowupsSpec(window_s=WINDOW_S), origin=len(stores) + 1)
-        signatures = SignatureBook(capacity=4)
+        signatures = SignatureBook(capacity=4, clock=clock)
         spec = FleetSpec(redis=redis_server.url, **({"key_prefix": "t", "key_file": "-"} | fleet))
         store = FleetStore(spec, None, SCRIPTS, KEYS)
         shared = SharedTracking(store, book, signatures.capacity, frozenset({"orders"}))
-        book.shared, signatures.shared = shared, shared.gap
+        book.shared, signatures.shared, shared.gaps_clock = shared, shared.gap, clock
         await store.start(shared.received)
         stores.append(store)
         await until(lambda: store.up and store.subscribed)
@@ -227,16 +242,62 @@ async def test_gaps_are_one_bounded_table_for_the_fleet(
     for text in ("one", "two", "three", "four"):  # past the capacity of 4
         gaps_b.record("orders", "409", text)
     await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
-    ranked = await shared_a.gaps(10)
-    assert ranked == await shared_b.gaps(10)
+    ranked = await shared_a.gaps(10, 900)
+    assert ranked == await shared_b.gaps(10, 900)
     assert len(ranked) == 4
-    top, count = ranked[0]
-    assert (top.route, top.status, top.text, count) == (
+    top = ranked[0]
+    assert (top.signature.route, top.signature.status, top.signature.text, top.count) == (
         "orders",
         "400",
         "qty # must be positive",
         4,
     )
+
+
+async def test_fleet_gaps_count_per_window_keep_a_sample_and_reset(
+    replicas: Callable[..., Awaitable[Replica]], clock: Clock
+) -> None:
+    """The window, the sample and the reset, as one process's book has them, for the fleet:
+    buckets in Redis (each a sorted set that expires), samples in a hash."""
+    (_, shared_a, gaps_a), (_, shared_b, gaps_b) = await replicas(), await replicas()
+    kept = GapSample("GET", "/orders/5", 400, None, (), '{"m": "qty 5"}', False, "qty 5")
+    gaps_a.record("orders", "400", "qty 5 must be positive", lambda: kept)
+    gaps_a.record("orders", "400", "qty 6 must be positive")
+    clock.now += 600
+    gaps_b.record("orders", "400", "qty 7 must be positive")
+    gaps_b.record("orders", "409", "taken")
+    await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
+
+    def counts(found: list[Gap]) -> dict[str, int]:
+        return {gap.signature.status: gap.count for gap in found}
+
+    assert counts(await shared_a.gaps(10, 300)) == {"400": 1, "409": 1}
+    fleet = await shared_b.gaps(10, 900)
+    assert counts(fleet) == {"400": 3, "409": 1}
+    assert fleet[0].sample == kept  # taken on replica a, read on replica b
+    assert fleet[1].sample is None  # recorded with none
+    clock.now += 1000
+    assert await shared_a.gaps(10, 900) == []
+    assert counts(await shared_a.gaps(10, 3600)) == {"400": 3, "409": 1}
+    await shared_b.reset_gaps()
+    assert await shared_a.gaps(10, 10_800) == []
+
+
+async def test_a_sample_in_the_store_that_no_replica_wrote_is_dropped_and_counted(
+    replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
+) -> None:
+    """A sample is read from the store as every store row is: checked, not trusted."""
+    _, shared, gaps = await replicas()
+    gaps.record("orders", "400", "qty 5 must be positive")
+    await until(lambda: shared.store.waiting == 0)
+    member = json.dumps(["orders", "400", "qty # must be positive"])
+    before = metric("mendpoint_fleet_rejected_total", what="gap", reason="malformed")
+    forged = json.dumps({"method": "GET", "path": "/", "status": 400, "transport": None,
+                         "headers": {}, "body": "x" * 100_000, "message": "m"})  # fmt: skip
+    await redis_server.command("HSET", "{t}:gaps:samples", member, forged)
+    (gap,) = await shared.gaps(10, 900)
+    assert gap.count == 1 and gap.sample is None
+    assert metric("mendpoint_fleet_rejected_total", what="gap", reason="malformed") == before + 1
 
 
 async def test_a_store_that_stops_answering_degrades_and_resumes(

@@ -141,9 +141,16 @@ async def test_unmatched_report_masks_values_and_ignores_custom_rules(
     await get(gateway, "/custom/stock?n=4")  # the custom rule: not a gap
     status, text = await admin_get(gateway, "/gaps")
     assert status == 200
-    assert json.loads(text)["signatures"] == [
-        {"route": "shop", "status": "409", "signature": "Widget # is out of stock", "count": 3}
-    ]
+    (row,) = json.loads(text)["signatures"]
+    assert {k: row[k] for k in ("route", "status", "signature", "count", "covered_by")} == {
+        "route": "shop",
+        "status": "409",
+        "signature": "Widget # is out of stock",
+        "count": 3,
+        "covered_by": None,
+    }
+    assert row["sample"]["method"] == "GET" and row["sample"]["status"] == 409
+    assert row["sample"]["body"] == '{"message": "Widget 1 is out of stock"}'  # the first
     assert gateway.server.admin_address is not None
     host, port = gateway.server.admin_address
     code = await asyncio.to_thread(main, ["gaps", "--admin", f"{host}:{port}"])

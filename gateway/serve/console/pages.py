@@ -21,7 +21,7 @@ from multidict import CIMultiDict
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import Mode, TransportKind
 from gateway.feedback.readings import reading
-from gateway.feedback.signatures import Signature
+from gateway.feedback.signatures import DEFAULT_WINDOW_S, Gap
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.offline.explain import Sample, SampleError, explain, parse_header, render_explanation
 from gateway.resolve.auth import TokenFile
@@ -54,7 +54,7 @@ ASSETS = {
     "favicon.svg": "image/svg+xml",
 }
 
-Ranked = Sequence[tuple[Signature, int]]
+Ranked = Sequence[Gap]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class ConsoleSources:
     """What the pages read: the admin app's own sources, and the running config."""
 
     config: Callable[[], LoadedConfig]
-    gaps: Callable[[int], Awaitable[tuple[Ranked, dict[str, object]]]]
+    gaps: Callable[[int, float], Awaitable[tuple[Ranked, dict[str, object]]]]
     """/gaps's source: the ranking and whose it is (fleet, workers or this process)."""
     followups: Callable[[], Awaitable[tuple[float, list[dict[str, Any]], dict[str, object]]]] | None
     counts: RecentCounts
@@ -175,9 +175,10 @@ async def _routes(request: web.Request) -> web.Response:
 
 async def _gaps(request: web.Request) -> web.Response:
     sources = request.app[SOURCES]
-    top, scope = await sources.gaps(views.MAX_GAPS_SHOWN)
-    records = await views.captured(sources.config().config)
-    body = html.scope(scope) + html.gaps(views.gaps(top, records))
+    top, scope = await sources.gaps(views.MAX_GAPS_SHOWN, DEFAULT_WINDOW_S)
+    loaded = sources.config()
+    records = await views.captured(loaded.config)
+    body = html.scope(scope) + html.gaps(await views.gaps(top, records, loaded))
     return _page("gaps", "Gaps", body, request)
 
 

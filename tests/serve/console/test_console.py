@@ -198,9 +198,9 @@ async def test_a_gap_appears_after_failures_with_its_draft_and_upstream_markup_s
 
     draft = yaml.safe_load(await browser.text(f"{gap} pre.yaml"))
     out = tmp_path / "drafts.yaml"
-    assert (
-        await asyncio.to_thread(main, ["suggest", "--from", str(captures), "--out", str(out)]) == 0
-    )
+    running = str(tmp_path / "gateway.yaml")  # the file start_gateway wrote and loaded
+    argv = ["suggest", "--from", str(captures), "--config", running, "--out", str(out)]
+    assert await asyncio.to_thread(main, argv) == 0
     written = {rule["id"]: rule for rule in yaml.safe_load(out.read_text())["rules"]}
     (rule,) = draft["rules"]
     assert rule == written[rule["id"]]
