@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = _command(sub, "serve", help="run the gateway")
     _config_source(serve)
+    serve.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        help="the embedded default route's mode, with --upstream only (overrides MENDPOINT_MODE;"
+        " default additive); with --config, each route's mode: is in the file",
+    )
     serve.add_argument("--listen", help="HOST:PORT to listen on (overrides the config)")
     serve.add_argument(
         "--admin", help=f"HOST:PORT of the admin listener (default {DEFAULT_ADMIN}), or 'off'"

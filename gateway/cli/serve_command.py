@@ -52,13 +52,19 @@ def run_serve(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"mendpoint serve: MENDPOINT_WORKERS: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if config and args.mode:
+        print(
+            "mendpoint serve: --mode sets the embedded default's mode (with --upstream); "
+            "with a config file (--config, MENDPOINT_CONFIG), set each route's mode: in it",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if config:
         loaded = load_config(config)
     else:
         assert upstream is not None
-        loaded = embedded_config(
-            upstream, listen or "127.0.0.1:8080", mode=env.get("MENDPOINT_MODE")
-        )
+        mode = args.mode or env.get("MENDPOINT_MODE")
+        loaded = embedded_config(upstream, listen or "127.0.0.1:8080", mode=mode)
     log_spec = loaded.config.log
     level = args.log_level or env.get("MENDPOINT_LOG_LEVEL") or log_spec.level
     fmt = env.get("MENDPOINT_LOG_FORMAT") or log_spec.format
@@ -83,6 +89,7 @@ def run_serve(args: argparse.Namespace) -> int:
             argv += ["--log-level", args.log_level]
         argv += ["serve", "--admin", "off"]
         argv += ["--config", config] if config else ["--upstream", str(upstream)]
+        argv += ["--mode", args.mode] if args.mode else []
         listen_address = listen or loaded.config.listen
         with contextlib.suppress(KeyboardInterrupt):
             return supervisor.supervise(
