@@ -206,8 +206,7 @@ def test_check_unknown_key(tmp_path: Path, cli: Run) -> None:
     code, out, err = cli("check", "--config", "bad.yaml")
     assert (code, out) == (1, "")
     assert err == (
-        "bad.yaml:11: rules[0].error.fix_comand: unknown key"
-        " (check the spelling; see the config reference)\n"
+        "bad.yaml:11: rules[0].error.fix_comand: unknown key: did you mean `fix_command`?\n"
     )
 
 
