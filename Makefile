@@ -107,8 +107,8 @@ PYTEST_WORKERS := -n $(TEST_WORKERS) --dist loadgroup
 # Line coverage of gateway/ from the tests' own processes (the gateway subprocesses the tests
 # start are not counted): the total is printed last; `coverage report` after a run lists
 # every module. Coverage costs about 75% more CPU on the CPU-bound suites, so `make test`
-# (the command a developer runs often) leaves it out and CI runs `make coverage` as its own
-# step; COVERAGE=1 turns it on for `make test` too.
+# (the command a developer runs often) leaves it out; COVERAGE=1 turns it on, and CI runs
+# the suite once that way (`make test COVERAGE=1`, .ci/run). `make coverage` is the same.
 COVERAGE ?= 0
 COV_ARGS := $(if $(filter 1,$(COVERAGE)),--cov --cov-report=,)
 test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages lint typecheck
