@@ -20,6 +20,7 @@ import yaml
 from examples.fleet_demo import HAPROXY
 from gateway.cli.parser import build_parser
 from gateway.config.admin_address import DEFAULT_ADMIN
+from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_catalog, load_config
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import ShutdownSpec
@@ -155,18 +156,30 @@ def test_every_admin_port_is_the_default() -> None:
 
 
 def test_no_shipped_admin_listener_is_open_to_others() -> None:
-    """The image and compose leave the admin port on the container's loopback (the gateway's
-    default; MENDPOINT_ADMIN would win over a config's `admin`, so the image sets none), and
-    every manifest that binds it to the Pod's address has a token from a Secret, whose
-    shipped placeholder the gateway refuses (docs/security.md#admin-authentication)."""
+    """The image leaves the admin port on the container's loopback (the gateway's default;
+    MENDPOINT_ADMIN would win over a config's `admin`, so the image sets none); a compose
+    service either keeps it there, unpublished, or binds the container's interface with a
+    token from a compose secret and publishes it on the host's loopback alone; and every
+    manifest that binds it to the Pod's address has a token from a Secret, whose shipped
+    placeholder the gateway refuses (docs/security.md#admin-authentication)."""
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert "MENDPOINT_ADMIN" not in dockerfile.split("ENV ", 1)[1].split("EXPOSE")[0]
     assert DEFAULT_ADMIN.startswith("127.0.0.1:")
-    for service in gateway_services().values():
+    declared = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["secrets"]
+    reached = []
+    for name, service in gateway_services().items():
         assert "MENDPOINT_ADMIN" not in service.get("environment", {})
-        assert not [p for p in service.get("ports", []) if p.endswith(":8491")]
         compose_config = yaml.safe_load(config_volume(service).read_text())
-        assert compose_config.get("admin", DEFAULT_ADMIN) == DEFAULT_ADMIN
+        host, port = parse_host_port(compose_config.get("admin", DEFAULT_ADMIN))
+        published = [p for p in service.get("ports", []) if p.rpartition(":")[2] == str(port)]
+        if is_loopback(host):
+            assert not published, name
+            continue
+        secret = compose_config["admin_token_file"].removeprefix(COMPOSE_SECRETS)
+        assert secret in service["secrets"] and set(declared[secret]) == {"environment"}, name
+        assert published == [f"127.0.0.1:{port}:{port}"], name
+        reached.append(name)
+    assert reached == ["mendpoint"]  # the demo's gateway: its console from the host
     checked = 0
     for name, deployment in objects("Deployment").items():
         for container in containers(deployment):
@@ -368,7 +381,19 @@ def config_volume(service: dict[str, Any]) -> Path:
     return DEPLOY / str(source)
 
 
-def test_compose_file_references_real_files_and_valid_commands() -> None:
+def compose_loaded(service: dict[str, Any], root: Path) -> LoadedConfig:
+    """A compose service's config loaded by the real loader, with each secret it mounts
+    written where its config reads it (as the operator's environment would fill it)."""
+    text = config_volume(service).read_text()
+    for secret in service.get("secrets", []):
+        (root / secret).write_text(OPERATOR_TOKEN + "\n")
+        text = text.replace(COMPOSE_SECRETS + secret, str(root / secret))
+    path = root / "compose-gateway.yaml"
+    path.write_text(text)
+    return load_config(str(path))
+
+
+def test_compose_file_references_real_files_and_valid_commands(tmp_path: Path) -> None:
     services = compose_services()
     default = {name for name, service in services.items() if "profiles" not in service}
     assert default == {"demo", "mendpoint"}  # `docker compose up` runs what it always did
@@ -381,7 +406,7 @@ def test_compose_file_references_real_files_and_valid_commands() -> None:
         parses(gateway["command"])
         for volume in gateway["volumes"]:
             assert (DEPLOY / volume.split(":")[0]).exists(), (name, volume)
-    assert load_config(str(config_volume(services["mendpoint"]))).rules
+    assert compose_loaded(services["mendpoint"], tmp_path).rules
     for service in services.values():
         for volume in service.get("volumes", []):
             assert (DEPLOY / volume.split(":")[0]).exists(), volume
