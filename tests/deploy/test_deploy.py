@@ -131,20 +131,18 @@ def test_mendpoint_container_args_parse_and_configs_load(
 
 
 def test_every_admin_port_is_the_default() -> None:
-    """The image, compose file, Pods, probes and scrape annotations use the default admin port
-    (not Prometheus's own 9090: docs/operations.md#admin-listener)."""
+    """The image, compose file, Pods and probes use the default admin port (not Prometheus's
+    own 9090: docs/operations.md#admin-listener); the PodMonitors scrape it by its name
+    (test_each_gateway_is_scraped_with_the_token_it_checks)."""
     port = int(DEFAULT_ADMIN.rpartition(":")[2])
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert f"EXPOSE 8080 {port}" in dockerfile and f"127.0.0.1:{port}/healthz" in dockerfile
     seen = 0
     for name, deployment in objects("Deployment").items():
-        template = deployment["spec"]["template"]
         for container in containers(deployment):
             admin = [p for p in container.get("ports", []) if p["name"] == "admin"]
             if admin and container["args"][0] == "serve":
                 assert admin[0]["containerPort"] == port, name
-                annotations = template["metadata"].get("annotations", {})
-                assert annotations.get("prometheus.io/port") == str(port), name
                 seen += 1
     assert seen >= 2
     for path in MANIFESTS:
@@ -631,3 +629,69 @@ def test_every_promql_expression_names_real_metrics() -> None:
     assert used, "the dashboard queries no Mendpoint metric"
     unknown = {name for name in used if name not in exported}
     assert not unknown, f"metrics the gateway does not export: {sorted(unknown)}"
+
+
+# Prometheus scrapes the gateways' /metrics with the admin token: with a token set, the admin
+# listener answers /metrics 401 without it (docs/security.md#admin-authentication). No Pod
+# invites the annotation-driven job, which sends none, and each gateway's PodMonitor sends the
+# token from the Secret its gateway reads `admin_token_file` from.
+
+PODMONITORS = DEPLOY / "kubernetes" / "monitoring" / "podmonitors.yaml"
+
+# What the Prometheus Operator's PodMonitor (monitoring.coreos.com/v1) takes, of what these
+# use: kubernetes-validate has no schema for a custom resource, so its shape is checked here.
+SPEC_KEYS = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel"}
+ENDPOINT_KEYS = {"port", "path", "scheme", "interval", "scrapeTimeout", "authorization"}
+
+
+def guarded_gateways() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each Deployment whose Mendpoint requires the admin token: (Deployment, its config)."""
+    found = {}
+    config_maps = {name: doc["data"] for name, doc in objects("ConfigMap").items()}
+    for name, deployment in objects("Deployment").items():
+        for container in containers(deployment):
+            if "command" in container or container["args"][0] != "serve":
+                continue
+            argv = container["args"]
+            config_file = argv[argv.index("--config") + 1].rpartition("/")[2]
+            pod = deployment["spec"]["template"]["spec"]
+            (volume,) = [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v]
+            config = yaml.safe_load(config_maps[volume][config_file])
+            if "admin_token_file" in config:
+                found[name] = (deployment, config)
+    return found
+
+
+def test_no_guarded_pod_invites_a_scrape_without_the_token() -> None:
+    gateways = guarded_gateways()
+    assert set(gateways) == {"orders", "mendpoint-gateway"}
+    for name, (deployment, _) in gateways.items():
+        annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+        assert annotations.get("prometheus.io/scrape") != "true", name
+
+
+def test_each_gateway_is_scraped_with_the_token_it_checks() -> None:
+    monitors = documents(PODMONITORS)
+    for monitor in monitors:
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["kind"] == "PodMonitor" and monitor["metadata"]["name"]
+        assert set(monitor["spec"]) <= SPEC_KEYS
+        assert "namespaceSelector" not in monitor["spec"]  # the Pods' and Secret's namespace
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            assert set(endpoint) <= ENDPOINT_KEYS
+    admin_port = parse_host_port(DEFAULT_ADMIN)[1]
+    for name, (deployment, config) in guarded_gateways().items():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        (monitor,) = [
+            m for m in monitors if m["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        ]
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        (mendpoint,) = [c for c in containers(deployment) if "command" not in c]
+        ports = {p["name"]: p["containerPort"] for p in mendpoint["ports"]}
+        assert ports[endpoint["port"]] == parse_host_port(config["admin"])[1] == admin_port
+        assert endpoint["path"] == "/metrics"
+        authorization = endpoint["authorization"]
+        assert authorization["type"] == "Bearer"
+        secret, key = authorization["credentials"]["name"], authorization["credentials"]["key"]
+        assert config["admin_token_file"] in {f"{m}/{key}" for m in mounts_of(deployment, secret)}
+        assert key in objects("Secret")[secret]["stringData"], name
