@@ -54,7 +54,32 @@ class Bad:
 CASES: dict[str, Bad] = {
     # --- shape: unknown keys, enums, formats ------------------------------------------------
     "unknown-top-level-key": Bad(
-        HEAD + "listn: 127.0.0.1:8080\n", "gateway.yaml:4: listn", "unknown key"
+        HEAD + "listn: 127.0.0.1:8080\n", "gateway.yaml:4: listn", "did you mean `listen`?"
+    ),
+    "unknown-route-key": Bad(
+        HEAD + "    rollot: {percent: 10}\n",
+        "gateway.yaml:4: routes[0].rollot",
+        "unknown key: did you mean `rollout`?",
+    ),
+    "unknown-key-in-a-route-block": Bad(
+        HEAD + "    rollout: {percnt: 10}\n",
+        "gateway.yaml:4: routes[0].rollout.percnt",
+        "unknown key: did you mean `percent`?",
+    ),
+    "unknown-key-in-a-json-condition": Bad(
+        rule("{status: [400], json: {pth: error.code}}", "code: X", "category: NOT_FOUND"),
+        "gateway.yaml:6: rules[0].match.json.pth",
+        "unknown key: did you mean `path`?",
+    ),
+    "unknown-key-in-a-list-of-json-conditions": Bad(
+        rule("{status: [400], json: [{pth: error.code}]}", "code: X", "category: NOT_FOUND"),
+        "gateway.yaml:6: rules[0].match.json[0].pth",
+        "unknown key: did you mean `path`?",
+    ),
+    "unknown-key-nothing-near": Bad(
+        HEAD + "zzqx: 1\n",
+        "gateway.yaml:4: zzqx",
+        "unknown key (check the spelling; see the config reference)",
     ),
     "unknown-rule-key-typo": Bad(
         rule(
@@ -66,12 +91,12 @@ CASES: dict[str, Bad] = {
             after=COMMANDS,
         ),
         "gateway.yaml:11: rules[0].error.fix_comand",
-        "unknown key",
+        "unknown key: did you mean `fix_command`?",
     ),
     "unknown-match-key": Bad(
         rule("{status: [400], stauts: [401]}", "code: X", "category: VALIDATION_ERROR"),
         "gateway.yaml:6: rules[0].match.stauts",
-        "unknown key",
+        "unknown key: did you mean `status`?",
     ),
     "unknown-category": Bad(
         rule("{status: [400]}", "code: X", "category: BROKEN"),
@@ -487,7 +512,7 @@ CASES: dict[str, Bad] = {
     "pack-unknown-key": Bad(
         HEAD + "include: [pack.yaml]\n",
         "pack.yaml:2: rulez",
-        "unknown key",
+        "unknown key: did you mean `rules`?",
         files={"pack.yaml": "# a pack\nrulez: []\n"},
     ),
     "pack-bad-regex": Bad(

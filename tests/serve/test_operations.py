@@ -16,7 +16,7 @@ from aiohttp import web
 from gateway.cli import main
 from gateway.config.watch import ConfigWatcher
 from gateway.exchange.routes import in_rollout
-from gateway.telemetry.logs import JsonFormatter
+from gateway.telemetry.log_lines import JsonFormatter
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 
