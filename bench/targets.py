@@ -1,5 +1,5 @@
 """The targets `make bench` holds a run against (docs/performance.md#targets): this round's
-(issue 38: the success, error and mixed paths against the bare proxy, the MCP route and the
+(round four: the success, error and mixed paths against the bare proxy, the MCP route and the
 bridge against the bare proxy and against every peer of bench/mcp_peers.py, p99, and no row
 slower than its `--baseline` twin beyond the noise), then the earlier rounds' that no row of
 this one replaces. Every figure is a ratio of medians of one run.
