@@ -3,7 +3,9 @@ argument (docs/rules.md#arguments-named-in-a-failure): through `mendpoint stdio`
 the official Python SDK's server, whose tools raise as real ones do. The text names an
 argument of the tool's inputSchema ("Unsupported operation: cube"), is only the value the
 call sent (a KeyError's text, passed on), or refuses the only argument the tool takes
-(math's "math domain error"); a failure about none of them stays the tool's own."""
+(math's "math domain error"); a failure about none of them stays the tool's own. A refused
+credential is the caller's to fix only where the tool takes it as an argument
+(docs/rules.md#whose-credentials)."""
 
 from __future__ import annotations
 
@@ -52,3 +54,20 @@ async def test_a_failure_about_an_argument_names_it_as_the_fix() -> None:
     assert single["code"] == "INVALID_ARGUMENTS" and "number argument" in single["fix_required"]
     assert single["message"] == "Error executing tool square_root: math domain error"
     assert other["code"] == "TOOL_ERROR" and other["fix_required"] is None
+
+
+async def test_a_refused_credential_is_the_callers_only_when_an_argument_carries_it() -> None:
+    own, given = await _errors(
+        [
+            ("list_issues", {"repo": "acme/app"}),
+            ("list_issues_as", {"repo": "acme/app", "api_key": "k-1"}),
+        ]
+    )
+    assert (own["code"], own["retryable"], own["fix_required"]) == (
+        "UPSTREAM_AUTH_REQUIRED",
+        False,
+        None,
+    )
+    assert "operator" in own["suggestion"]
+    assert given["code"] == "UPSTREAM_AUTH_REQUIRED" and given["retryable"] is False
+    assert "api_key argument" in given["fix_required"]

@@ -130,6 +130,21 @@ def square_root(number: str) -> float:
         raise ToolError(str(exc)) from exc
 
 
+REFUSED = "401 Client Error: Unauthorized for url: http://127.0.0.1:9/issues"
+
+
+@server.tool()
+def list_issues(repo: str) -> str:
+    """A repository's issues, with the server's own API token, which the API refuses."""
+    raise ToolError(REFUSED)
+
+
+@server.tool()
+def list_issues_as(repo: str, api_key: str) -> str:
+    """The same with the caller's API key, which the API refuses."""
+    raise ToolError(REFUSED)
+
+
 @server.tool()
 def big(size: int) -> str:
     """A result of `size` characters (large results: limits, SSE event caps)."""
