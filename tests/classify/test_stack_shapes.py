@@ -1,9 +1,13 @@
 """Failures in the shapes of stacks outside the Python and Node world, read through a real
 `mendpoint serve --upstream` on the embedded default (docs/rules.md#status-and-body): a SOAP
-fault says whose it is by its code (docs/rules.md#soap-faults)."""
+fault says whose it is by its code (docs/rules.md#soap-faults), JSend's `fail` names the
+fields at fault (docs/rules.md#jsend), and the words reach `error.message` from a bare JSON
+string, `statusMessage` and a `reason` beside or under `error`
+(docs/rules.md#message_paths-and-extra_message_paths-config)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +86,77 @@ SHAPES = [
         "text/xml",
         SOAP11.format(code="Server", text="java.lang.NullPointerException"),
         {"code": "UPSTREAM_INTERNAL_ERROR", "retryable": False, "fix_required": None},
+    ),
+]
+
+
+JSON = "application/json"
+SHAPES += [
+    Shape(
+        "/jsend-fail",
+        400,
+        JSON,
+        json.dumps({"status": "fail", "data": {"title": "A title is required"}}),
+        {
+            "code": "VALIDATION_FAILED",
+            "message": "title: A title is required",
+            "fields": [{"field": "title", "message": "A title is required"}],
+        },
+    ),
+    # A framework that answers every failure with 500: JSend's `fail` still says whose it is.
+    Shape(
+        "/jsend-fail-500",
+        500,
+        JSON,
+        json.dumps({"status": "fail", "data": {"email": "is not an address", "age": ["< 0"]}}),
+        {
+            "code": "VALIDATION_FAILED",
+            "retryable": False,
+            "message": "email: is not an address; age: < 0",
+        },
+    ),
+    Shape(
+        "/jsend-error",
+        500,
+        JSON,
+        json.dumps({"status": "error", "message": "Unable to communicate with database"}),
+        {"code": "UPSTREAM_INTERNAL_ERROR", "message": "Unable to communicate with database"},
+    ),
+    Shape(
+        "/bare-string",
+        400,
+        JSON,
+        json.dumps("quantity must be positive"),
+        {"code": "BAD_REQUEST", "message": "quantity must be positive"},
+    ),
+    Shape(
+        "/status-message",
+        400,
+        JSON,
+        json.dumps({"statusCode": 400, "statusMessage": "The slug is already taken"}),
+        {"message": "The slug is already taken"},
+        method="GET",
+    ),
+    Shape(
+        "/couchdb",
+        404,
+        JSON,
+        json.dumps({"error": "not_found", "reason": "Database does not exist."}),
+        {"code": "NOT_FOUND", "message": "Database does not exist."},
+        method="GET",
+    ),
+    Shape(
+        "/elasticsearch",
+        404,
+        JSON,
+        json.dumps(
+            {
+                "error": {"type": "index_not_found_exception", "reason": "no such index [orders]"},
+                "status": 404,
+            }
+        ),
+        {"message": "no such index [orders]"},
+        method="GET",
     ),
 ]
 
