@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
+from gateway.classify.argument_text import echoed_argument, named_argument, only_argument
 from gateway.classify.observation import Observation, ObservationKind
 from gateway.classify.timed_search import Captures, may_name_groups, named, timed_search
 from gateway.config.jsonpath import JsonPath, parse_json_path
@@ -201,6 +202,65 @@ class MissingRequired(Condition):
         return f"the call {left_out} a required argument"
 
 
+_NOT_ABOUT_AN_ARGUMENT = {
+    "named": "the message names no argument of the call",
+    "echoed": "the message repeats no value the call sent",
+    "only": "the message is not only a value the call sent",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentNamed(Condition):
+    """`{argument}` names the argument of the call the failure's text is about, read in
+    the message behind the SDK's wrapping (gateway.classify.argument_text)."""
+
+    key: ClassVar[str] = "mcp.argument"
+    how: str
+
+    @classmethod
+    def build(cls, match: MatchSpec, rule_id: str) -> tuple[Self, ...]:
+        how = match.mcp.argument if match.mcp else None
+        return () if how is None else (cls(how),)
+
+    def test(self, obs: Observation, timeout: float, deadline: float) -> Mapping[str, str] | None:
+        text = obs.inner_text or obs.text
+        if text is None or not (obs.arguments or obs.argument_values):
+            return None
+        if self.how == "named":
+            name = named_argument(text, obs.arguments, obs.argument_values)
+        elif self.how == "echoed":
+            name = echoed_argument(text, obs.argument_values)
+        else:
+            name = only_argument(text, obs.argument_values)
+        return None if name is None else {"argument": name}
+
+    def reason(self, obs: Observation) -> str:
+        return _NOT_ABOUT_AN_ARGUMENT[self.how]
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialArgument(Condition):
+    """`{credential}` names the tool's arguments that carry a credential, when it has some."""
+
+    key: ClassVar[str] = "mcp.credential_argument"
+    takes_one: bool
+
+    @classmethod
+    def build(cls, match: MatchSpec, rule_id: str) -> tuple[Self, ...]:
+        wanted = match.mcp.credential_argument if match.mcp else None
+        return () if wanted is None else (cls(wanted),)
+
+    def test(self, obs: Observation, timeout: float, deadline: float) -> Mapping[str, str] | None:
+        names = obs.credential_arguments
+        if bool(names) != self.takes_one:
+            return None
+        return {"credential": ", ".join(names)} if names else NO_CAPTURES
+
+    def reason(self, obs: Observation) -> str:
+        takes = "takes" if obs.credential_arguments else "takes no"
+        return f"the tool {takes} credential as an argument"
+
+
 @dataclass(frozen=True, slots=True)
 class HeaderValue(Condition):
     """One entry of `headers:`: the header is present and its value matches; its regex's
@@ -329,12 +389,16 @@ CONDITIONS: tuple[type[Condition], ...] = (
     JsonRpcCode,
     Idempotent,
     MissingRequired,
+    CredentialArgument,
     HeaderValue,
     JsonValue,
     BodyText,
+    ArgumentNamed,
 )
 """Every kind of condition, in the order a rule tests them (and `why_not` lists them): the
-cheap ones first (a set, a glob, a number), the searches of headers, JSON and body last."""
+cheap ones first (a set, a glob, a number), the searches of headers, JSON and body last, and
+last of all the reading of the text for the call's arguments (a rule's body test says first
+whether its words are there at all)."""
 
 
 def build_conditions(match: MatchSpec, rule_id: str) -> tuple[Condition, ...]:

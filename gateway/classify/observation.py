@@ -77,6 +77,15 @@ class Observation:
     missing_arguments: tuple[str, ...] = ()
     """A failed MCP tool call's arguments that its tool's inputSchema (in the server's
     tools/list) requires and the call left out (`match.mcp.missing_required`)."""
+    arguments: tuple[str, ...] = ()
+    """The tool's arguments as its inputSchema's `properties` lists them (then any other the
+    call gave): what its failure's text may name (`match.mcp.argument`)."""
+    argument_values: tuple[tuple[str, str], ...] = ()
+    """The call's short string and integer arguments, (name, value): what its failure's
+    text may echo (`match.mcp.argument`)."""
+    credential_arguments: tuple[str, ...] = ()
+    """The tool's arguments that carry a credential the caller gives
+    (`match.mcp.credential_argument`)."""
     _text: Any = field(default=_UNSET, repr=False)
     _json: Any = field(default=_UNSET, repr=False)
     _inner: Any = field(default=_UNSET, repr=False)

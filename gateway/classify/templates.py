@@ -83,10 +83,11 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
     words, and kept only when no path has any:
     docs/rules.md#message_paths-and-extra_message_paths-config).
 
-    A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". An
-    HTML error page gives its heading and first paragraph (`html_message`), an XML error
-    document its `<Message>`, `<faultstring>` or `<Reason>` (`xml_message`), a plain-text
-    body its first line past any banner (`text_message`).
+    A path with wildcards (`detail[*].msg`) joins the strings it reaches with "; ". A body
+    that is a JSON string is the message. An HTML error page gives its heading and first
+    paragraph (`html_message`), an XML error document its `<Message>`, `<faultstring>` or
+    `<Reason>` (`xml_message`), a plain-text body its first line past any banner
+    (`text_message`).
     """
     body = obs.json
     if isinstance(body, dict | list):
@@ -98,6 +99,10 @@ def upstream_message(obs: Observation, message_paths: tuple[JsonPath, ...]) -> s
             phrase = phrase or found
         if phrase:
             return phrase
+    if isinstance(body, str) and body.strip() and obs.tool is None:
+        # A bare JSON string is the message itself (`"quantity must be positive"`, as
+        # `JSON.stringify(message)` and a framework's string return value send it).
+        return body
     text = obs.text
     if text and body is None and looks_like_html(obs.content_type, text):
         page = html_message(text)

@@ -287,6 +287,9 @@ DEFAULT_MESSAGE_PATHS = (
     "errors[*].message",
     "errors[*].detail",
     "msg",
+    "statusMessage",
+    "error.reason",
+    "reason",
     "error",
     "title",
 )
@@ -294,8 +297,11 @@ DEFAULT_MESSAGE_PATHS = (
 JSON), `errorMessage` (AWS Lambda, Salesforce and older Java and .NET APIs) beside them,
 `description` (Falcon), `error_description` (OAuth) and its camel-case spelling, `errors[*]`
 (GraphQL, JSON:API, the OCI registry), a bare `msg` (Flask-JWT-Extended, many Go and Node
-APIs), and a string `error` before a `title` (Datasette), both of which often only name the
-kind of error: docs/rules.md#message_paths-and-extra_message_paths-config."""
+APIs), `statusMessage` (h3 and Nuxt's `createError`), a `reason` beside or under an
+`error` that names the kind (CouchDB's `{"error": "not_found", "reason": …}`,
+Elasticsearch's `{"error": {"type": …, "reason": …}}`), and a string `error` before a
+`title` (Datasette), both of which often only name the kind of error:
+docs/rules.md#message_paths-and-extra_message_paths-config."""
 
 
 def _network(value: str) -> str:

@@ -43,6 +43,15 @@ class McpMatch(Strict):
     """true: the call left out an argument its tool's inputSchema lists as `required` (the
     server's tools/list, as the gateway saw it); `{missing}` names them; false: it did not
     (docs/rules.md#required-arguments)."""
+    argument: Literal["named", "echoed", "only"] | None = None
+    """Which argument of the call the failure's text is about, named by `{argument}`:
+    `named`: it names one of the tool's inputSchema `properties` or echoes a value the call
+    sent for one; `echoed`: it repeats such a value, whole or a quoted part; `only`: the
+    message is that value and nothing else (docs/rules.md#arguments-named-in-a-failure)."""
+    credential_argument: bool | None = None
+    """true: the tool takes a credential as an argument (an inputSchema property such as
+    `api_key`, `token`, `password`), named by `{credential}`; false: it takes none, so a
+    refused credential is the server's own (docs/rules.md#whose-credentials)."""
 
 
 StatusSpec = int | str

@@ -203,6 +203,10 @@ def rule_problems(
         captures.add("fields")
     if match.mcp is not None and match.mcp.missing_required:
         captures.add("missing")
+    if match.mcp is not None and match.mcp.argument is not None:
+        captures.add("argument")
+    if match.mcp is not None and match.mcp.credential_argument:
+        captures.add("credential")
     for index, status in enumerate(match.status or []):
         try:
             parse_status(status)

@@ -159,12 +159,19 @@ def hints_problem(route: object, tools: object, routes: Collection[str]) -> Reas
             return "bad_field"
         if not isinstance(told.get("replay_safe"), bool):
             return "bad_field"
-        required = told.get("required")
-        if not isinstance(required, list) or len(required) > MAX_REQUIRED:
+        if not _names_ok(told.get("required")):
             return "bad_field"
-        if not all(isinstance(n, str) and 0 < len(n) <= MAX_NAME for n in required):
+        # `properties` is absent from a replica of an older release: no names, then.
+        if "properties" in told and not _names_ok(told["properties"]):
             return "bad_field"
     return None
+
+
+def _names_ok(names: object) -> bool:
+    """A list of argument names as a listing gives them (tool_hints' bounds)."""
+    if not isinstance(names, list) or len(names) > MAX_REQUIRED:
+        return False
+    return all(isinstance(n, str) and 0 < len(n) <= MAX_NAME for n in names)
 
 
 # -- values read back from the store ------------------------------------------------------

@@ -29,18 +29,27 @@ _ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"))
 # A tool error (`isError` true, JSON allows whitespace around the colon), a JSON-RPC error or
 # a tool list. Keys are matched as written: a quote inside a string is escaped, so a string
 # holding these words never matches, and a false match only costs a parse.
+VALUES_LIMIT = 8
+VALUE_LIMIT = 256
+"""A call's argument values kept for its failure's classification: few and short, so a table
+of requests in flight stays small (a long value, a file's content, is rarely what a failure
+quotes whole)."""
 _REWRITABLE = re.compile(rb'"isError"[ \t\n\r]*:[ \t\n\r]*true|"error"|"tools"')
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """What an outstanding request asked for: its method and, for `tools/call`, the tool and
+    """What an outstanding request asked for: its method and, for `tools/call`, the tool,
     the names of the arguments it gave (what the tool's inputSchema `required` is checked
-    against when the call fails: docs/rules.md#required-arguments)."""
+    against when the call fails: docs/rules.md#required-arguments) and their short values."""
 
     method: str
     tool: str | None = None
     arguments: frozenset[str] = frozenset()
+    values: tuple[tuple[str, str], ...] = ()
+    """The call's string and integer arguments as text, each (name, value): what a failure's
+    text may echo (docs/rules.md#arguments-named-in-a-failure). At most `VALUES_LIMIT`, each
+    at most `VALUE_LIMIT` characters; longer ones are not kept."""
 
 
 def request_key(value: Any) -> RequestKey | None:
@@ -61,6 +70,7 @@ def requests_in(message: Any) -> Iterator[tuple[RequestKey, Pending]]:
             continue
         tool = None
         given: frozenset[str] = frozenset()
+        values: tuple[tuple[str, str], ...] = ()
         params = item.get("params")
         if method == "tools/call" and isinstance(params, dict):
             name = params.get("name")
@@ -68,7 +78,24 @@ def requests_in(message: Any) -> Iterator[tuple[RequestKey, Pending]]:
             arguments = params.get("arguments")
             if isinstance(arguments, dict) and arguments:
                 given = frozenset(arguments)
-        yield key, Pending(method, tool, given)
+                values = argument_values(arguments)
+        yield key, Pending(method, tool, given, values)
+
+
+def argument_values(arguments: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A call's string and integer arguments as (name, text), bounded (`Pending.values`)."""
+    kept: list[tuple[str, str]] = []
+    for name, value in arguments.items():
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            continue
+        if isinstance(value, int) and value.bit_length() > 64:
+            continue
+        text = value if isinstance(value, str) else str(value)
+        if 0 < len(text) <= VALUE_LIMIT and len(name) <= VALUE_LIMIT:
+            kept.append((name, text))
+            if len(kept) == VALUES_LIMIT:
+                break
+    return tuple(kept)
 
 
 def parse_message(raw: bytes | str) -> Any:

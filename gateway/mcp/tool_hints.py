@@ -1,6 +1,8 @@
 """What each server's `tools/list` says about a tool: whether a call may be repeated
-(docs/rules.md#tool-annotations), and which arguments it requires (its inputSchema's
-`required`: docs/rules.md#required-arguments).
+(docs/rules.md#tool-annotations), which arguments it requires (its inputSchema's
+`required`: docs/rules.md#required-arguments), and which it takes at all (its inputSchema's
+`properties`: what a failure's text may name, docs/rules.md#arguments-named-in-a-failure),
+credentials among them (docs/rules.md#whose-credentials).
 
 The MCP schema's `ToolAnnotations`: `readOnlyHint` "If true, the tool does not modify its
 environment"; `idempotentHint` "If true, calling the tool repeatedly with the same arguments
@@ -23,7 +25,8 @@ A failed call that left out an argument the tool's inputSchema lists as `require
 for that, whatever the server's message says (a server that runs a command without it may
 report the command's own failure, a refused connection even): the caller can fix it by
 giving the argument, and no retry of the same call can succeed. Only the first
-`REQUIRED_LIMIT` names of a schema are kept, each at most `NAME_LIMIT` characters long.
+`REQUIRED_LIMIT` names of a schema's `required` (and of its `properties`) are kept, each at
+most `NAME_LIMIT` characters long.
 
 With a fleet store, what a listing through one replica (or worker) changes is told to the
 others (`on_learned`, published through the store; `received` where it arrives), so a
@@ -49,6 +52,8 @@ class ToolFacts:
 
     replay_safe: bool
     required: tuple[str, ...] = ()
+    properties: tuple[str, ...] = ()
+    """The arguments its inputSchema's `properties` names (what a failure's text may name)."""
 
 
 def replay_safe(tool: Any) -> bool:
@@ -62,11 +67,22 @@ def replay_safe(tool: Any) -> bool:
 def required_arguments(tool: Any) -> tuple[str, ...]:
     """The argument names one `tools/list` entry's inputSchema lists as `required`."""
     schema = tool.get("inputSchema") if isinstance(tool, dict) else None
-    required = schema.get("required") if isinstance(schema, dict) else None
-    if not isinstance(required, list):
+    return _names(schema.get("required") if isinstance(schema, dict) else None)
+
+
+def schema_properties(tool: Any) -> tuple[str, ...]:
+    """The argument names one `tools/list` entry's inputSchema lists under `properties`."""
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return _names(list(properties) if isinstance(properties, dict) else None)
+
+
+def _names(names: Any) -> tuple[str, ...]:
+    """Argument names as a listing (or another replica) gives them, checked and bounded."""
+    if not isinstance(names, list):
         return ()
-    names = (n for n in required if isinstance(n, str) and 0 < len(n) <= NAME_LIMIT)
-    return tuple(dict.fromkeys(names))[:REQUIRED_LIMIT]
+    kept = (n for n in names if isinstance(n, str) and 0 < len(n) <= NAME_LIMIT)
+    return tuple(dict.fromkeys(kept))[:REQUIRED_LIMIT]
 
 
 class ToolBook:
@@ -91,11 +107,17 @@ class ToolBook:
         for tool in tools:
             name = tool.get("name") if isinstance(tool, dict) else None
             if isinstance(name, str):
-                listed[name] = ToolFacts(replay_safe(tool), required_arguments(tool))
+                listed[name] = ToolFacts(
+                    replay_safe(tool), required_arguments(tool), schema_properties(tool)
+                )
         changed = self._note(route, listed)
         if changed and self.on_learned is not None:
             told = {  # a name longer than a fleet event may carry stays this replica's
-                n: {"replay_safe": f.replay_safe, "required": f.required}
+                n: {
+                    "replay_safe": f.replay_safe,
+                    "required": f.required,
+                    "properties": f.properties,
+                }
                 for n, f in changed.items()
                 if len(n) <= NAME_LIMIT
             }
@@ -107,9 +129,10 @@ class ToolBook:
         facts = {}
         for name, told in tools.items():
             if isinstance(name, str) and isinstance(told, dict):
-                required = {"inputSchema": {"required": told.get("required")}}
                 facts[name] = ToolFacts(
-                    told.get("replay_safe") is True, required_arguments(required)
+                    told.get("replay_safe") is True,
+                    _names(told.get("required")),
+                    _names(told.get("properties")),  # absent from a replica of an older release
                 )
         self._note(route, facts)
 
@@ -138,3 +161,7 @@ class ToolBook:
         if facts is None:
             return ()
         return tuple(name for name in facts.required if name not in given)
+
+    def facts(self, route: str, tool: str | None) -> ToolFacts | None:
+        """What the tool's last listing said, if it was listed."""
+        return None if tool is None else self._tools.get((route, tool))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.classify import Observation, ObservationKind, Verdict
+from gateway.classify.argument_text import is_credential
 from gateway.config.models import McpSpec
 from gateway.enrich.envelope import error_object, failure_object
 from gateway.enrich.step import Enricher, FailureContext, Render
@@ -153,7 +154,7 @@ class Upgrader:
             obs.known_json(structured)
         if reported_success:  # tried only on the rules written for such results
             obs.kind = ObservationKind.REPORTED_SUCCESS
-        obs.missing_arguments = self._missing(site, pending)
+        self._argued(obs, site, pending)
         ctx = _failure_context(site, pending)
         _traced_failure(ctx, None)
 
@@ -179,7 +180,7 @@ class Upgrader:
         code = error.get("code")
         jsonrpc_code = code if isinstance(code, int) and not isinstance(code, bool) else None
         obs = _observation(site, pending, dump(error), jsonrpc_code, self._safe(site, pending))
-        obs.missing_arguments = self._missing(site, pending)
+        self._argued(obs, site, pending)
 
         def rewrite(_: Failure, payload: dict[str, Any]) -> dict[str, Any] | None:
             upgraded = upgraded_error(error, payload)
@@ -195,12 +196,20 @@ class Upgrader:
         read-only or idempotent (`match.idempotent` then holds; docs/rules.md)."""
         return site.idempotent or self.tools.is_replay_safe(site.route_name, pending.tool)
 
-    def _missing(self, site: CallSite, pending: Pending) -> tuple[str, ...]:
-        """The arguments the tool's listed inputSchema requires that the call left out
-        (`match.mcp.missing_required`; docs/rules.md#required-arguments)."""
+    def _argued(self, obs: Observation, site: CallSite, pending: Pending) -> None:
+        """What the rules see of a failed call's arguments: those the tool's listed
+        inputSchema requires that the call left out (`match.mcp.missing_required`;
+        docs/rules.md#required-arguments), those it takes and the values sent
+        (`match.mcp.argument`), and its credentials (`match.mcp.credential_argument`)."""
         if pending.method != "tools/call":
-            return ()
-        return self.tools.missing_arguments(site.route_name, pending.tool, pending.arguments)
+            return
+        route = site.route_name
+        obs.missing_arguments = self.tools.missing_arguments(route, pending.tool, pending.arguments)
+        facts = self.tools.facts(route, pending.tool)
+        listed = facts.properties if facts is not None else ()
+        obs.arguments = listed + tuple(sorted(pending.arguments.difference(listed)))
+        obs.argument_values = pending.values
+        obs.credential_arguments = tuple(n for n in obs.arguments if is_credential(n))
 
     def _renderer(self, ctx: FailureContext, rewrite: Rewrite) -> Render[Outcome]:
         """The step's render function for a JSON-RPC response: nothing changed in `original`

@@ -36,7 +36,7 @@ from gateway.exchange.headers import client_response_headers
 from gateway.exchange.routes import Route, RouteTable
 from gateway.failure import Mode, Recovery, TransportKind
 from gateway.header_names import ACCEPT, REQUEST_ID
-from gateway.mcp.jsonrpc import Pending, encode
+from gateway.mcp.jsonrpc import Pending, encode, requests_in
 from gateway.mcp.upgrade import Upgrader
 from gateway.resolve.callers import ANONYMOUS, Caller
 from gateway.resolve.catalog import Catalog
@@ -202,7 +202,8 @@ async def _explain_mcp(
 ) -> Explanation:
     message = sample.rpc_response()
     original = dump(message)
-    pending = Pending("tools/call", sample.tool, frozenset(sample.arguments or {}))
+    called = (p for _, p in requests_in(sample.rpc_request()))  # as a relay reads the call
+    pending = next(called, Pending("tools/call", sample.tool))
     site = _ExplainSite(route, sample.path.partition("?")[0], mode, caller, sample.request_id)
     upgrader = Upgrader(enricher, loaded.config.mcp)
     listing = sample.tools_listing()

@@ -96,6 +96,16 @@ MCP_RULES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ),
     ("m-idempotent", {"mcp": {}, "idempotent": True}, ("the request is not safe to replay",)),
     (
+        "m-argument",
+        {"mcp": {"argument": "only"}},
+        ("the message is not only a value the call sent",),
+    ),
+    (
+        "m-credential",
+        {"mcp": {"credential_argument": True}},
+        ("the tool takes no credential as an argument",),
+    ),
+    (
         "m-several",
         {"mcp": {"tool": "write_*", "missing_required": True}, "body": "nowhere"},
         (

@@ -93,7 +93,24 @@ def test_session_tables_are_bounded() -> None:
                 "method": "tools/call",
                 "params": {"name": "add", "arguments": {"a": 1, "b": 2}},
             },
-            [((False, 4), Pending("tools/call", "add", frozenset({"a", "b"})))],
+            [
+                (
+                    (False, 4),
+                    Pending("tools/call", "add", frozenset({"a", "b"}), (("a", "1"), ("b", "2"))),
+                )
+            ],
+        ),
+        (  # values kept for a failure's text to echo: strings and integers, short ones only
+            {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {
+                    "name": "t",
+                    "arguments": {"s": "x", "f": 1.5, "t": True, "n": None, "l": "y" * 257},
+                },
+            },
+            [((False, 5), Pending("tools/call", "t", frozenset("sftnl"), (("s", "x"),)))],
         ),
         (
             {"jsonrpc": "2.0", "id": "a", "method": "tools/list"},
@@ -108,6 +125,7 @@ def test_session_tables_are_bounded() -> None:
     ids=[
         "tools-call",
         "with-arguments",
+        "argument-values",
         "string-id",
         "notification",
         "initialize",

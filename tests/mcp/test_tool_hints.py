@@ -82,7 +82,14 @@ def test_what_a_listing_changes_is_told_once_and_holds_in_another_book() -> None
     listing = {
         "tools": [
             {"name": "read", "annotations": {"readOnlyHint": True}},
-            {"name": "send", "inputSchema": {"type": "object", "required": ["to", "body"]}},
+            {
+                "name": "send",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"to": {}, "body": {}, "api_key": {}},
+                    "required": ["to", "body"],
+                },
+            },
         ]
     }
     here.learn("files", listing)
@@ -95,6 +102,16 @@ def test_what_a_listing_changes_is_told_once_and_holds_in_another_book() -> None
         assert book.is_replay_safe("files", "read") is True
         assert book.is_replay_safe("files", "send") is False
         assert book.missing_arguments("files", "send", given) == ("body",)
+        facts = book.facts("files", "send")
+        assert facts is not None and facts.properties == ("to", "body", "api_key")
     there.received("files", {"read": {"replay_safe": "yes", "required": "x"}, "odd": 7})
     assert there.is_replay_safe("files", "read") is False  # only a JSON true counts
     assert there.missing_arguments("files", "read", frozenset()) == ()
+
+
+def test_a_replica_of_an_older_release_tells_no_properties() -> None:
+    """Its event has no `properties`: the tool then takes no argument the book knows of."""
+    book = ToolBook()
+    book.received("r", {"send": {"replay_safe": False, "required": ["to"]}})
+    facts = book.facts("r", "send")
+    assert facts is not None and facts.properties == () and facts.required == ("to",)

@@ -8,6 +8,7 @@ the way real tools do: by raising, which the SDK turns into a result with `isErr
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -100,6 +101,48 @@ async def read_note_slowly(name: str, ctx: Context) -> str:
     """read_note, logging a line first: its stream has an event before the answer."""
     await ctx.info(f"looking for {name}")
     return read_note(name)
+
+
+@server.tool()
+def convert(operation: str, value: float) -> float:
+    """Convert a value; the one operation it knows is km_to_m."""
+    if operation != "km_to_m":
+        raise ToolError(f"Unsupported operation: {operation}")
+    return value * 1000
+
+
+@server.tool()
+def note_by_id(note_id: str) -> str:
+    """A note by its id; like many servers, it passes a lookup's exception text on."""
+    notes = {"n-1": "hello"}
+    try:
+        return notes[note_id]
+    except KeyError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+@server.tool()
+def square_root(number: str) -> float:
+    """The square root of a number; math's own error is passed on."""
+    try:
+        return math.sqrt(float(number))
+    except ValueError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+REFUSED = "401 Client Error: Unauthorized for url: http://127.0.0.1:9/issues"
+
+
+@server.tool()
+def list_issues(repo: str) -> str:
+    """A repository's issues, with the server's own API token, which the API refuses."""
+    raise ToolError(REFUSED)
+
+
+@server.tool()
+def list_issues_as(repo: str, api_key: str) -> str:
+    """The same with the caller's API key, which the API refuses."""
+    raise ToolError(REFUSED)
 
 
 @server.tool()
