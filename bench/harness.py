@@ -122,10 +122,15 @@ def cycle_script(directory: Path, paths: list[str]) -> Path:
     return script
 
 
-def run_wrk(argv: list[str], seconds: int) -> dict[str, Any]:
-    """Run a wrk command line on the load core; the JSON its Lua `done` hook printed."""
+def run_wrk(argv: list[str], seconds: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a wrk command line on the load core; the JSON its Lua `done` hook printed. `env`:
+    more environment, for the Lua script."""
     done = subprocess.run(
-        pinned(LOAD_CORE, argv), capture_output=True, text=True, timeout=seconds + 60
+        pinned(LOAD_CORE, argv),
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        env=None if env is None else {**os.environ, **env},
     )
     line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH_JSON ")), None)
     if line is None:

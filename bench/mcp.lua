@@ -5,15 +5,18 @@
 -- a JSON-RPC id may not repeat within a session while a call is in flight. Each reply is
 -- sorted by its body: a success, a tool error (`isError: true`), a tool error carrying
 -- Mendpoint's failure (`mendpoint/failure`), or anything else (a JSON-RPC error, a refusal).
--- The end-of-run JSON line is report.lua's, plus those counts.
+-- The end-of-run JSON line is report.lua's, plus those counts. The environment names the tool
+-- (MCP_TOOL: a peer may rename it) and headers the system needs (MCP_HEADERS: a JSON object
+-- of plain strings, a bearer token say; bench/mcp_peers.py).
 
 local sessions = {}
 local n = 0
 local headers = {}
+local TOOL = os.getenv("MCP_TOOL") or "read_file"
 local OK = '{"jsonrpc":"2.0","id":%d,"method":"tools/call",' ..
-  '"params":{"name":"read_file","arguments":{"path":"/srv/notes/note-%d.txt"}}}'
+  '"params":{"name":"' .. TOOL .. '","arguments":{"path":"/srv/notes/note-%d.txt"}}}'
 local FAIL = '{"jsonrpc":"2.0","id":%d,"method":"tools/call",' ..
-  '"params":{"name":"read_file","arguments":{"path":"/srv/notes/missing-%d.txt"}}}'
+  '"params":{"name":"' .. TOOL .. '","arguments":{"path":"/srv/notes/missing-%d.txt"}}}'
 local threads = {}
 
 function setup(thread)
@@ -30,6 +33,10 @@ function init(args)
   headers["Content-Type"] = "application/json"
   headers["Accept"] = "application/json, text/event-stream"
   headers["MCP-Protocol-Version"] = "2025-11-25"
+  -- {"Name": "value", ...}: flat string pairs, read without a JSON library
+  for name, value in string.gmatch(os.getenv("MCP_HEADERS") or "", '"([^"]+)":%s*"([^"]*)"') do
+    headers[name] = value
+  end
   ok, failed, upgraded, other = 0, 0, 0, 0
 end
 

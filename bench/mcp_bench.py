@@ -11,12 +11,16 @@ The systems, all serving Streamable HTTP at `/mcp` to the same wrk client (`mcp.
   (`--stdio`) as its child: one child per MCP session.
 - `mcp-proxy`: PyPI `mcp-proxy` (sparfenyuk) serving the same stdio server; one child shared
   by every session. This and `mendpoint-bridge` are the like-for-like pair.
+- The peers of bench/mcp_peers.py: `contextforge` (IBM ContextForge, in front of the HTTP
+  server, as Mendpoint's MCP route is), `mcp-proxy-ts` and `supergateway` (stdio bridges).
 
 Where the server is a process of its own (the HTTP server, or the stdio children once the
 sessions are open) it runs on the load core with wrk, so the system core and the CPU figure
 hold only the system under test. Every measurement first opens its sessions and checks one
 success and one failure (upgraded by the systems that upgrade, untouched by the others), so a
-broken setup is never benchmarked; the load's replies are sorted and counted the same way.
+broken setup is never benchmarked; the load's replies are sorted and counted the same way. A
+peer's answer to the failing call is recorded as it is (upgraded, passed through, or changed),
+not required.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import fixtures, harness
+from bench import fixtures, harness, mcp_peers
 from bench.baseline import Baseline, base_name
-from bench.mcp_server import PATH, PROTOCOL_VERSION, TOOL, enoent, missing_path, ok_path
+from bench.mcp_peers import Endpoint
+from bench.mcp_server import PATH, PROTOCOL_VERSION, enoent, missing_path, ok_path
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,9 +56,11 @@ SYSTEMS = (
     "mendpoint-additive",
     "mendpoint-bridge",
     "mcp-proxy",
+    *mcp_peers.STARTERS,
 )
+PEERS = ("mcp-proxy", *mcp_peers.STARTERS)
 UPGRADING = ("mendpoint-additive", "mendpoint-bridge")
-BEHIND_HTTP = ("bare", "mendpoint-original", "mendpoint-additive")
+BEHIND_HTTP = ("bare", "mendpoint-original", "mendpoint-additive", *mcp_peers.BEHIND_HTTP)
 FAILURE_META = "mendpoint/failure"
 TOOL_FAILURE_META = "io.modelcontextprotocol/toolFailure"
 CHECK_ID = 1_000_000_000  # ids of the sample calls: far from the load's 1, 2, 3, ...
@@ -133,14 +140,16 @@ class Answer:
     message: Any
 
 
-def post(url: str, message: dict[str, Any], session: str | None) -> Answer:
+def post(endpoint: Endpoint, message: dict[str, Any], session: str | None) -> Answer:
     """One POST as an MCP client sends it; the JSON-RPC answer from a JSON or SSE body."""
+    url = endpoint.url
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": PROTOCOL_VERSION,
+        **endpoint.headers,
     }
-    if session:
+    if session and session != NO_SESSION:
         headers["Mcp-Session-Id"] = session
     data = json.dumps(message).encode()
     request = urllib.request.Request(url, data=data, headers=headers, method="POST")
@@ -149,6 +158,7 @@ def post(url: str, message: dict[str, Any], session: str | None) -> Answer:
             status, got, body = response.status, dict(response.headers.items()), response.read()
     except urllib.error.HTTPError as exc:
         status, got, body = exc.code, dict(exc.headers.items()), exc.read()
+    got = {name.title(): value for name, value in got.items()}  # Node servers send lower case
     return Answer(status, got, _decode(body, got.get("Content-Type", ""), message.get("id")))
 
 
@@ -168,7 +178,12 @@ def _decode(body: bytes, content_type: str, rid: Any) -> Any:
         return body[:200]
 
 
-def open_sessions(url: str, count: int) -> list[str]:
+NO_SESSION = "-"
+"""A session of a system that names none (ContextForge answers statelessly): mcp.lua sends
+such calls without `Mcp-Session-Id`."""
+
+
+def open_sessions(endpoint: Endpoint, count: int) -> list[str]:
     """`initialize` and `notifications/initialized`, `count` times: the session ids."""
     sessions: list[str] = []
     for i in range(count):
@@ -178,32 +193,33 @@ def open_sessions(url: str, count: int) -> list[str]:
             "clientInfo": {"name": "mendpoint-bench", "version": "1.0.0"},
         }
         init = {"jsonrpc": "2.0", "id": CHECK_ID + i, "method": "initialize", "params": params}
-        answer = post(url, init, None)
+        answer = post(endpoint, init, None)
         result = answer.message.get("result") if isinstance(answer.message, dict) else None
         if answer.status != 200 or not isinstance(result, dict):
             raise RuntimeError(f"initialize: {answer.status} {answer.message!r}")
-        session = answer.headers.get("Mcp-Session-Id") or answer.headers.get("mcp-session-id")
-        if not session:
-            raise RuntimeError("initialize: no Mcp-Session-Id in the answer")
+        named = answer.headers.get("Mcp-Session-Id")
+        session = named or NO_SESSION
         note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        done = post(url, note, session)
+        done = post(endpoint, note, session)
         if done.status != 202:
             raise RuntimeError(f"notifications/initialized: {done.status}, expected 202")
         sessions.append(session)
     return sessions
 
 
-def check(system: str, url: str, session: str) -> str | None:
+def check(system: str, endpoint: Endpoint, session: str) -> str | None:
     """What is wrong with the sample calls (so a broken setup is never benchmarked), or None."""
     system = base_name(system)
-    listed = post(url, {"jsonrpc": "2.0", "id": CHECK_ID, "method": "tools/list"}, session)
+    listed = post(endpoint, {"jsonrpc": "2.0", "id": CHECK_ID, "method": "tools/list"}, session)
     tools = _result(listed).get("tools") or []
-    if not any(isinstance(t, dict) and t.get("name") == TOOL for t in tools):
-        return f"tools/list: no {TOOL}: {listed.message!r}"
-    good = _result(_call(url, session, CHECK_ID + 1, ok_path(1)))
+    if not any(isinstance(t, dict) and t.get("name") == endpoint.tool for t in tools):
+        return f"tools/list: no {endpoint.tool}: {listed.message!r}"
+    good = _result(_call(endpoint, session, CHECK_ID + 1, ok_path(1)))
     if good.get("isError") or not str(good.get("content", [{}])[0].get("text")).startswith("Note"):
         return f"a successful call came back as {good!r}"
-    bad = _result(_call(url, session, CHECK_ID + 3, missing_path(3)))
+    bad = _result(_call(endpoint, session, CHECK_ID + 3, missing_path(3)))
+    if system in PEERS:
+        return None  # what a peer answers is recorded (`failure_answer`), not required
     content = bad.get("content") or [{}]
     if bad.get("isError") is not True or content[0].get("text") != enoent(missing_path(3)):
         return f"a failing call came back as {bad!r}"
@@ -222,11 +238,25 @@ def check(system: str, url: str, session: str) -> str | None:
     return None
 
 
-def _call(url: str, session: str, rid: int, path: str) -> Answer:
-    params = {"name": TOOL, "arguments": {"path": path}}
-    return post(
-        url, {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}, session
-    )
+def failure_answer(endpoint: Endpoint, session: str) -> str:
+    """What a system answers for the failing call, in a few words: `upgraded` (a recovery
+    envelope, Mendpoint's or any `_meta` reading of the failure), `passed through` (the
+    server's tool error untouched) or `changed: …` (anything else, shown)."""
+    bad = _result(_call(endpoint, session, CHECK_ID + 5, missing_path(5)))
+    content = bad.get("content") or [{}]
+    first = content[0].get("text") if isinstance(content[0], dict) else None
+    meta = bad.get("_meta") or {}
+    if bad.get("isError") is True and (FAILURE_META in meta or TOOL_FAILURE_META in meta):
+        return "upgraded"
+    if bad.get("isError") is True and first == enoent(missing_path(5)) and len(content) == 1:
+        return "passed through"
+    return f"changed: {json.dumps(bad)[:160]}"
+
+
+def _call(endpoint: Endpoint, session: str, rid: int, path: str) -> Answer:
+    params = {"name": endpoint.tool, "arguments": {"path": path}}
+    message = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+    return post(endpoint, message, session)
 
 
 def _result(answer: Answer) -> dict[str, Any]:
@@ -247,10 +277,12 @@ def unexpected(system: str, replies: dict[str, int]) -> int:
 # --- load and measurement ----------------------------------------------------------------------
 
 
-def wrk(url: str, conns: int, seconds: int, sessions: list[str]) -> McpLoad:
-    """wrk pinned to the load core, `mcp.lua` rotating the calls over the sessions."""
+def wrk(endpoint: Endpoint, conns: int, seconds: int, sessions: list[str]) -> McpLoad:
+    """wrk pinned to the load core, `mcp.lua` rotating the calls over the sessions (the
+    tool's name and any header the system needs passed in the environment)."""
     argv = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s", "-s", str(LUA)]
-    data = harness.run_wrk([*argv, url, "--", *sessions], seconds)
+    env = {"MCP_TOOL": endpoint.tool, "MCP_HEADERS": json.dumps(endpoint.headers)}
+    data = harness.run_wrk([*argv, endpoint.url, "--", *sessions], seconds, env)
     load = harness.load_of(data)
     replies = {k: int(data[k]) for k in ("ok", "failed", "upgraded", "other")}
     return McpLoad(load, replies)
@@ -262,6 +294,8 @@ class Measured:
     replies: dict[str, int]
     rss_mib: float | None
     cpu_us_per_request: float | None
+    failure: str
+    """What the system answered for the failing call (`failure_answer`)."""
 
 
 def measure(
@@ -278,32 +312,38 @@ def measure(
     upstream = f"http://127.0.0.1:{server_port}"
     server: subprocess.Popen[bytes] | None = None
     proc: subprocess.Popen[bytes] | None = None
+    sut: subprocess.Popen[bytes] | None
     children: list[int] = []
     try:
         if system == "direct" or base_name(system) in BEHIND_HTTP:
             core = harness.SUT_CORE if system == "direct" else harness.LOAD_CORE
             server = _start_server(server_port, core, root / "mcp-server.log")
             harness.wait_ready(upstream + PATH, server)
-        if command is None:
-            sut, url = server, upstream + PATH
+        if base_name(system) in mcp_peers.STARTERS:
+            starter = mcp_peers.STARTERS[base_name(system)]
+            proc, endpoint = starter(upstream, free_port(), root, STDIO_COMMAND)
+            sut = proc
+        elif command is None:
+            sut, endpoint = server, Endpoint(upstream + PATH)
         else:
             port = free_port()
             argv = command(upstream, port, root)
             proc = sut = harness.start(argv, root / f"{system}.log")
-            url = f"http://127.0.0.1:{port}{PATH}"
-            harness.wait_ready(url, proc)
+            endpoint = Endpoint(f"http://127.0.0.1:{port}{PATH}")
+            harness.wait_ready(endpoint.url, proc)
         assert sut is not None
-        sessions = open_sessions(url, conns)
-        problem = check(system, url, sessions[0])
+        sessions = open_sessions(endpoint, conns)
+        problem = check(system, endpoint, sessions[0])
         if problem is not None:
             raise RuntimeError(f"{system} on MCP: {problem}")
+        failure = failure_answer(endpoint, sessions[0])
         # The stdio servers exist now (the bridge starts one per session): off the system core.
         children = _descendants(sut.pid) if sut is not server else []
         harness.repin(children, harness.LOAD_CORE)
         if warmup:
-            wrk(url, conns, warmup, sessions)
+            wrk(endpoint, conns, warmup, sessions)
         cpu_before = harness.cpu_seconds(sut.pid)
-        result = wrk(url, conns, seconds, sessions)
+        result = wrk(endpoint, conns, seconds, sessions)
         requests = max(result.load.requests, 1)
         cpu = (harness.cpu_seconds(sut.pid) - cpu_before) / requests * 1e6
         rss = harness.peak_rss_mib(sut.pid)
@@ -312,7 +352,7 @@ def measure(
             if running is not None:
                 harness.stop(running)
         _reap(children)
-    return Measured(result.load, result.replies, rss, cpu)
+    return Measured(result.load, result.replies, rss, cpu, failure)
 
 
 def _start_server(port: int, core: int, log: Path) -> subprocess.Popen[bytes]:

@@ -10,7 +10,8 @@ from typing import Any
 
 from bench import mcp_bench
 from bench.baseline import base_name, revision_of
-from bench.systems import FLEET, LOG_OFF, TRACED, TRACED_OWN_CORE, TRACED_TENTH
+from bench.ratios import LATENCY, TIMES, Medians, ratio
+from bench.targets import targets_table
 
 COLUMNS = (
     "direct",
@@ -28,7 +29,6 @@ COLUMNS = (
     "mendpoint-additive+trace[exporter-own-core]",
     "mendpoint-additive+trace[ratio-0.1]",
 )
-LATENCY = ("ok-1", "error-1")
 # The MCP rows (bench/mcp_bench.py) have their own tables: other systems, ratios to direct.
 MCP_COLUMNS = mcp_bench.SYSTEMS
 MCP_NAMES = {
@@ -36,15 +36,6 @@ MCP_NAMES = {
     "mendpoint-additive": "additive",
     "mendpoint-bridge": "bridge",
 }
-ADDITIVE = "mendpoint-additive"
-TIMES = "\u00d7"  # the multiplication sign, kept out of literals for the linter
-Medians = dict[str, dict[str, dict[str, Any]]]
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
 
 
 def _cell(workload: str, system: str, medians: Medians) -> str:
@@ -188,6 +179,37 @@ def mcp_cpu_table(medians: Medians) -> str:
     return "\n".join(lines)
 
 
+def peers_table(medians: Medians) -> str:
+    """Mendpoint beside the MCP gateways people would pick instead (bench/mcp_peers.py): calls
+    per second, CPU per call, p50 / p99 at 1 and 16 clients, and what each answered for the
+    failing call (bench/mcp_bench.failure_answer)."""
+    lines = [
+        "| system | calls/s, 1 / 16 clients | CPU per call, 1 / 16 | p50 / p99 ms, 1 client "
+        "| p50 / p99 ms, 16 clients | the failing call |",
+        "|---|---|---|---|---|---|",
+    ]
+    one, sixteen = medians.get("mcp-1", {}), medians.get("mcp-16", {})
+    for system in [s for s in _mcp_columns(medians) if s not in ("direct", "bare")]:
+        a, b = one.get(system, {}), sixteen.get(system, {})
+        if not a and not b:
+            continue
+        lines.append(
+            f"| {_mcp_name(system)} | {_pair(a, b, 'rps', '{:,.0f}')} "
+            f"| {_pair(a, b, 'cpu_us_per_request', '{:.0f} µs')} "
+            f"| {_pair(a, a, 'p50_ms', '{:.2f}', 'p99_ms')} "
+            f"| {_pair(b, b, 'p50_ms', '{:.2f}', 'p99_ms')} "
+            f"| {a.get('failure') or b.get('failure') or '—'} |"
+        )
+    return "\n".join(lines)
+
+
+def _pair(a: dict[str, Any], b: dict[str, Any], key: str, form: str, key_b: str = "") -> str:
+    def shown(m: dict[str, Any], k: str) -> str:
+        return "—" if m.get(k) is None else form.format(m[k])
+
+    return f"{shown(a, key)} / {shown(b, key_b or key)}"
+
+
 def baseline_table(medians: Medians) -> str:
     """Each system against its baseline twin, workload by workload: the twin's median, this
     tree's, and their ratio (throughput, or p50 on the one-connection rows; CPU per request)."""
@@ -222,210 +244,6 @@ def _shown(key: str, value: float) -> str:
 
 def _times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}{TIMES}"
-
-
-def _get(medians: Medians, workload: str, system: str, key: str) -> float | None:
-    value = medians.get(workload, {}).get(system, {}).get(key)
-    return float(value) if value is not None else None
-
-
-Target = tuple[str, str, str, float | None, bool | None]
-
-
-def targets(results: dict[str, Any]) -> list[Target]:
-    """(measure, where the issue started, target, this run's ratio, met?) for every row of
-    docs/performance.md#targets: the headline Mendpoint rows run the shipped defaults."""
-    m: Medians = results["medians"]
-    add = "mendpoint-additive"
-
-    def r(workload: str, system: str, base: str, key: str = "rps") -> float | None:
-        return ratio(_get(m, workload, system, key), _get(m, workload, base, key))
-
-    p99 = [r(w, add, "bare", "p99_ms") for w in ("ok-32", "error-32")]
-    rows: list[tuple[str, str, float | None, str, float]] = [
-        (
-            "success, 32 connections, shipped defaults / bare",
-            "0.59",
-            r("ok-32", add, "bare"),
-            ">=",
-            0.95,
-        ),
-        (
-            "error path, 32 connections, shipped defaults / bare",
-            "0.43",
-            r("error-32", add, "bare"),
-            ">=",
-            0.8,
-        ),
-        (
-            "MCP tools/call through an HTTP route / bare proxy, 16 clients",
-            "0.62",
-            r("mcp-16", add, "bare"),
-            ">=",
-            0.85,
-        ),
-        (
-            "MCP tools/call through an HTTP route / bare proxy, 1 client",
-            "0.71",
-            r("mcp-1", add, "bare"),
-            ">=",
-            0.85,
-        ),
-        (
-            "MCP tools/call, Mendpoint bridge / mcp-proxy (same stdio server), 1 client",
-            "1.52",
-            r("mcp-1", "mendpoint-bridge", "mcp-proxy"),
-            ">=",
-            2,
-        ),
-        (
-            "a realistic mix (95 % successes, 5 % errors), shipped defaults / bare",
-            "0.63",
-            r("mix-32", add, "bare"),
-            ">=",
-            0.97,
-        ),
-        (
-            "p99 latency, 32 connections, success and error (the worse), shipped defaults / bare",
-            "—",
-            None if None in p99 else max(x for x in p99 if x is not None),
-            "<=",
-            1.2,
-        ),
-    ]
-    rows.append(
-        (
-            "success path, every other row (ok-1, 10mb-32, down-32), now / --baseline (worse)",
-            "—",
-            success_regression(m),
-            ">=",
-            0.9,
-        )
-    )
-    out: list[Target] = []
-    for name, start, value, op, limit in rows:
-        met = None if value is None else _meets(value, op, limit)
-        out.append(
-            (name, start if start == "—" else f"{start}{TIMES}", _target(op, limit), value, met)
-        )
-    return out
-
-
-# The success rows no target above names, held against the same gateway on --baseline's
-# code: no regression beyond this machine's noise (about ±10 % in CPU per request).
-OTHER_SUCCESS_ROWS = ("ok-1", "10mb-32", "down-32")
-
-
-def success_regression(m: Medians) -> float | None:
-    """The worst of additive now / additive@REV over the other success rows (throughput, or
-    the inverse of p50 on a one-connection row): None without a baseline twin."""
-    worst: float | None = None
-    for workload in OTHER_SUCCESS_ROWS:
-        by_system = m.get(workload, {})
-        for twin in (s for s in by_system if revision_of(s) and base_name(s) == ADDITIVE):
-            key = "p50_ms" if workload in LATENCY else "rps"
-            now = _get(m, workload, ADDITIVE, key)
-            r = ratio(now, _get(m, workload, twin, key))
-            if r is not None and key == "p50_ms":
-                r = 1 / r
-            worst = r if worst is None or (r is not None and r < worst) else worst
-    return worst
-
-
-def earlier_targets(results: dict[str, Any]) -> list[Target]:
-    """The targets of the earlier rounds that no row above replaces, kept so a regression
-    against them shows; the `[log-off]` column is what the earlier rounds measured."""
-    m: Medians = results["medians"]
-    add = "mendpoint-additive"
-
-    def r(workload: str, system: str, base: str, key: str = "rps") -> float | None:
-        return ratio(_get(m, workload, system, key), _get(m, workload, base, key))
-
-    rules = results.get("rule_scaling") or {}
-    rows: list[tuple[str, float | None, str, float]] = [
-        (
-            "success throughput, 32 conns, access log off / bare",
-            r("ok-32", LOG_OFF, "bare"),
-            ">=",
-            1.0,
-        ),
-        (
-            "success throughput, 32 conns, additive / mitmproxy",
-            r("ok-32", add, "mitmproxy"),
-            ">=",
-            8,
-        ),
-        (
-            "success p50 latency, 1 conn, additive / bare",
-            r("ok-1", add, "bare", "p50_ms"),
-            "<=",
-            1.2,
-        ),
-        ("10 MB throughput, 32 conns, additive / bare", r("10mb-32", add, "bare"), ">=", 0.9),
-        ("10 MB peak RSS, additive / bare", r("10mb-32", add, "bare", "rss_mib"), "<=", 1.5),
-        ("classification, 10,000 rules / 10 rules", rules.get("ratio_10000_to_10"), "<=", 1.5),
-        # Traces (docs/operations.md#traces): the production setting, a tenth of successes
-        # sampled and every failure kept, against tracing off; every trace sampled, measured.
-        (
-            "success throughput, traces at ratio 0.1 + failures kept / off",
-            r("ok-32", TRACED_TENTH, add),
-            ">=",
-            0.9,
-        ),
-        (
-            "95/5 mix throughput, traces at ratio 0.1 + failures kept / off",
-            r("mix-32", TRACED_TENTH, add),
-            ">=",
-            0.9,
-        ),
-        (
-            "error path throughput, traces at ratio 0.1 + failures kept / off",
-            r("error-32", TRACED_TENTH, add),
-            "measured",
-            0,
-        ),
-        ("success throughput, traces at ratio 1.0 / off", r("ok-32", TRACED, add), "measured", 0),
-        (
-            "success throughput, traces at ratio 1.0, exporter off the gateway's core / off",
-            r("ok-32", TRACED_OWN_CORE, add),
-            "measured",
-            0,
-        ),
-        # A fleet store (docs/operations.md#fleet): the success path unchanged within this
-        # machine's noise (about ±10 %), the error path at least 0.9 times the store off.
-        ("success throughput, fleet store on / off", r("ok-32", FLEET, add), ">=", 0.9),
-        ("error path throughput, fleet store on / off", r("error-32", FLEET, add), ">=", 0.9),
-    ]
-    out: list[Target] = []
-    for name, value, op, limit in rows:
-        met = None if value is None or op == "measured" else _meets(value, op, limit)
-        out.append((name, "—", _target(op, limit), value, met))
-    return out
-
-
-def _target(op: str, limit: float) -> str:
-    if op == "measured":
-        return "measured"
-    sign = {">=": "≥", "<=": "≤", ">": ">"}[op]
-    return f"{sign} {limit:g}{TIMES}"
-
-
-def _meets(value: float, op: str, limit: float) -> bool:
-    if op == ">":
-        return value > limit
-    return value >= limit if op == ">=" else value <= limit
-
-
-def targets_table(results: dict[str, Any]) -> str:
-    lines = [
-        "| measure | issue's start | target | this run | met |",
-        "|---|---|---|---|---|",
-    ]
-    for name, start, target, value, met in targets(results) + earlier_targets(results):
-        shown = "not measured" if value is None else f"{value:.2f}{TIMES}"
-        verdict = "n/a" if met is None else ("met" if met else "**not met**")
-        lines.append(f"| {name} | {start} | {target} | {shown} | {verdict} |")
-    return "\n".join(lines)
 
 
 def rules_table(rules: dict[str, Any] | None) -> str:
@@ -508,6 +326,12 @@ def markdown(results: dict[str, Any]) -> str:
             "ratio to bare):",
             "",
             mcp_cpu_table(mcp),
+            "",
+            "The MCP gateways side by side (bench/mcp_peers.py): contextforge fronts the HTTP "
+            "server as the additive route does; bridge, mcp-proxy, mcp-proxy-ts and "
+            "supergateway run the stdio server.",
+            "",
+            peers_table(mcp),
             "",
         ]
     against = results.get("baseline")

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,10 @@ class Sample:
     non_2xx: int
     rss_mib: float | None
     cpu_us_per_request: float | None
-    # MCP rows: the load's replies by kind (ok, failed, upgraded, other; bench/mcp.lua).
+    # MCP rows: the load's replies by kind (ok, failed, upgraded, other; bench/mcp.lua), and
+    # what the system answered for the failing call (bench/mcp_bench.failure_answer).
     replies: dict[str, int] | None = None
+    failure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ def measure(name: str, workload: Workload, rep: int, nginx: Nginx, settings: Set
             rss_mib=m.rss_mib,
             cpu_us_per_request=m.cpu_us_per_request,
             replies=m.replies,
+            failure=m.failure,
         )
     command = table[name]
     if command is None:
@@ -301,9 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def medians(samples: list[Sample]) -> dict[str, dict[str, dict[str, float | None]]]:
-    """workload → system → median of each measure over the repetitions."""
-    out: dict[str, dict[str, dict[str, float | None]]] = {}
+def medians(samples: list[Sample]) -> dict[str, dict[str, dict[str, float | str | None]]]:
+    """workload → system → median of each measure over the repetitions (and, for an MCP row,
+    what the failing call was answered)."""
+    out: dict[str, dict[str, dict[str, float | str | None]]] = {}
     for s in samples:
         out.setdefault(s.workload, {}).setdefault(s.system, {})
     for workload, by_system in out.items():
@@ -323,6 +328,9 @@ def medians(samples: list[Sample]) -> dict[str, dict[str, dict[str, float | None
                 by_system[system]["unexpected_replies"] = sum(
                     mcp_bench.unexpected(system, s.replies) for s in mine if s.replies
                 )
+            answers = Counter(s.failure for s in mine if s.failure is not None)
+            if answers:  # what it answered for the failing call, as most runs saw it
+                by_system[system]["failure"] = answers.most_common(1)[0][0]
     return out
 
 

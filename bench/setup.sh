@@ -3,8 +3,9 @@
 # Debian's packages, uvloop into the project venv (the bare proxy runs on it), and mitmproxy
 # and mcp-proxy into venvs of their own (.venv/bench-mitm, .venv/bench-mcpproxy) so their
 # pinned dependencies never touch the project's. mcp-proxy gets uvloop and httptools, which
-# its uvicorn picks up by itself: the peer at its fastest. Idempotent: what is already there
-# is not fetched again.
+# its uvicorn picks up by itself: the peer at its fastest. The MCP peers of bench/mcp_peers.py,
+# pinned: IBM ContextForge in .venv/bench-contextforge, the npm `mcp-proxy` and `supergateway`
+# in .venv/bench-node. Idempotent: what is already there is not fetched again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -23,4 +24,13 @@ fi
 if [ ! -x .venv/bench-mcpproxy/bin/mcp-proxy ]; then
     python3 -m venv .venv/bench-mcpproxy
     .venv/bench-mcpproxy/bin/pip install --quiet mcp-proxy uvloop httptools
+fi
+if [ ! -x .venv/bench-contextforge/bin/mcpgateway ]; then
+    python3 -m venv .venv/bench-contextforge
+    .venv/bench-contextforge/bin/pip install --quiet "mcp-contextforge-gateway==1.0.7.post20260921"
+fi
+if [ ! -x .venv/bench-node/node_modules/.bin/supergateway ]; then
+    mkdir -p .venv/bench-node
+    npm install --silent --no-audit --no-fund --prefix .venv/bench-node \
+        mcp-proxy@6.7.19 supergateway@4.0.0
 fi

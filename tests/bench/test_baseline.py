@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
+from bench import ratios, report
 from bench.baseline import Baseline, base_name, prepare, revision_of
 from bench.systems import systems
 
@@ -21,7 +21,7 @@ PYPROJECT = """\
 packages = ["shop", "shop.data"]
 package-dir = { "shop" = "shop", "shop.data" = "data" }
 """
-X = report.TIMES
+X = ratios.TIMES
 MAIN = "import shop, shop.data\nprint(shop.VERSION, shop.__file__, *shop.data.__path__)\n"
 
 

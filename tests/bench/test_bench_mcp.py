@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import mcp_bench, mcp_server, report
+from bench import mcp_bench, mcp_peers, mcp_server, ratios, report, targets
 from bench.systems import WORKLOADS, applies, systems
 from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.config.loader import load_config
@@ -62,9 +62,11 @@ def test_mcp_workloads_run_only_the_mcp_systems() -> None:
     assert [w.name for w in mcp] == ["mcp-1", "mcp-16"]
     for name in systems():
         assert all(applies(name, w) == (name in mcp_bench.SYSTEMS) for w in mcp)
-        if name in ("mcp-proxy", "mendpoint-bridge"):
+        if name in ("mendpoint-bridge", *mcp_bench.PEERS):
             assert not any(applies(name, w) for w in http)
-    assert set(mcp_bench.commands(systems())) == set(mcp_bench.SYSTEMS) - {"direct"}
+    started_elsewhere = {"direct", *mcp_peers.STARTERS}  # the peers start themselves
+    assert set(mcp_bench.commands(systems())) == set(mcp_bench.SYSTEMS) - started_elsewhere
+    assert {"contextforge", "mcp-proxy-ts", "supergateway"} <= set(mcp_bench.SYSTEMS)
 
 
 def test_unexpected_replies_depend_on_whether_the_system_upgrades() -> None:
@@ -74,15 +76,25 @@ def test_unexpected_replies_depend_on_whether_the_system_upgrades() -> None:
 
 
 def test_report_shows_the_mcp_rows_and_targets() -> None:
-    def row(rps: float, cpu: float | None) -> dict[str, Any]:
-        return {"rps": rps, "p50_ms": 1.0, "cpu_us_per_request": cpu, "unexpected_replies": 0}
+    def row(rps: float, cpu: float | None, failure: str = "passed through") -> dict[str, Any]:
+        return {
+            "rps": rps,
+            "p50_ms": 1.0,
+            "p99_ms": 3.0,
+            "cpu_us_per_request": cpu,
+            "unexpected_replies": 0,
+            "failure": failure,
+        }
 
     by_system = {
         "direct": row(4000, 200),
         "bare": row(1500, 450),
-        "mendpoint-additive": row(1200, 600),
-        "mendpoint-bridge": row(1000, 700),
+        "mendpoint-additive": row(1200, 600, "upgraded"),
+        "mendpoint-bridge": row(1000, 700, "upgraded"),
         "mcp-proxy": row(500, 1600),
+        "mcp-proxy-ts": row(700, 1300),
+        "supergateway": row(300, 2100, 'changed: {"status": 500}'),
+        "contextforge": row(200, 5000),
     }
     results: dict[str, Any] = {
         "machine": {"cpu": "x", "cores": 2, "python": "3.11", "kernel": "6"},
@@ -90,12 +102,29 @@ def test_report_shows_the_mcp_rows_and_targets() -> None:
         "medians": {"mcp-1": by_system, "mcp-16": by_system},
         "rule_scaling": None,
     }
-    text = report.markdown(results).replace(report.TIMES, "x")
+    text = report.markdown(results).replace(ratios.TIMES, "x")
     assert "| mcp-16 | 4,000/s (1.00x) | 1,500/s (0.38x) | 1,200/s (0.30x)" in text
     assert "| mcp-16 | 200 µs | 450 µs (1.00x) | 600 µs (1.33x)" in text
     assert "| workload | direct | bare | mitmproxy" not in text  # no HTTP rows were measured
-    verdicts = {name: met for name, _, _, _, met in report.targets(results)}
-    assert verdicts["MCP tools/call through an HTTP route / bare proxy, 16 clients"] is False
+    assert "| contextforge | 200 / 200 | 5000 µs / 5000 µs | 1.00 / 3.00 | 1.00 / 3.00 " in text
+    assert (
+        "| bridge | 1,000 / 1,000 | 700 µs / 700 µs | 1.00 / 3.00 | 1.00 / 3.00 | upgraded |"
+        in (text)
+    )
+    changed = '| 1.00 / 3.00 | 1.00 / 3.00 | changed: {"status": 500} |'
+    assert "| supergateway | 300 / 300 | 2100 µs / 2100 µs " + changed in text
+    rows = {name: (value, met) for name, _, _, value, met in targets.targets(results)}
+    assert rows["MCP tools/call through an HTTP route / bare proxy, 16 clients"][1] is True
     bridge = "MCP tools/call, Mendpoint bridge / mcp-proxy (same stdio server), 1 client"
-    assert verdicts[bridge] is True
+    assert rows[bridge][1] is True
+    ts = "MCP tools/call, Mendpoint bridge / mcp-proxy-ts (same stdio server), 16 clients"
+    assert rows[ts][0] == pytest.approx(1000 / 700) and rows[ts][1] is False
+    forge = "MCP calls per CPU-second, Mendpoint MCP route / contextforge"
+    value, met = next(v for k, v in rows.items() if k.startswith(forge))
+    assert value == pytest.approx(5000 / 600) and met is True
+    # A peer not measured is a row not met, never a row skipped.
+    del by_system["supergateway"]
+    rows = {name: (value, met) for name, _, _, value, met in targets.targets(results)}
+    gateway = "MCP calls per CPU-second, Mendpoint bridge / supergateway"
+    assert next(v for k, v in rows.items() if k.startswith(gateway)) == (None, None)
     assert "| a realistic mix (95 % successes, 5 % errors), shipped defaults / bare" in text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import fixtures, harness, report
+from bench import fixtures, harness, targets
 from bench.run import _verify
 from bench.systems import WORKLOADS, applies, systems
 from bench.upstream import Nginx
@@ -65,7 +65,7 @@ def test_the_mix_row_of_the_targets_reads_the_mix_workload() -> None:
     medians = {
         "mix-32": {"bare": {"rps": 1000.0}, "mendpoint-additive": {"rps": 980.0}},
     }
-    rows = {name: (value, met) for name, _, _, value, met in report.targets({"medians": medians})}
+    rows = {name: (value, met) for name, _, _, value, met in targets.targets({"medians": medians})}
     value, met = next(v for k, v in rows.items() if k.startswith("a realistic mix"))
     assert value == pytest.approx(0.98) and met is True
 
@@ -76,10 +76,13 @@ def test_the_other_success_rows_are_held_against_the_baseline_twin() -> None:
         "ok-1": {"mendpoint-additive": {"p50_ms": 0.22}, twin: {"p50_ms": 0.20}},
         "10mb-32": {"mendpoint-additive": {"rps": 150.0}, twin: {"rps": 140.0}},
     }
-    assert report.success_regression(medians) == pytest.approx(0.2 / 0.22)
-    assert report.success_regression({"ok-1": {"mendpoint-additive": {"p50_ms": 0.2}}}) is None
-    rows = {name: met for name, _, _, _, met in report.targets({"medians": medians})}
-    assert rows[next(k for k in rows if k.startswith("success path, every other row"))] is True
+    assert targets.baseline_regression(medians) == pytest.approx(0.2 / 0.22)
+    assert targets.baseline_regression({"ok-1": {"mendpoint-additive": {"p50_ms": 0.2}}}) is None
+    rows = {name: met for name, _, _, _, met in targets.targets({"medians": medians})}
+    assert rows[next(k for k in rows if k.startswith("every row, now / --baseline"))] is True
+    medians["10mb-32"][twin]["rps"] = 200.0  # 150 now against 200: slower than the noise
+    rows = {name: met for name, _, _, _, met in targets.targets({"medians": medians})}
+    assert rows[next(k for k in rows if k.startswith("every row, now / --baseline"))] is False
 
 
 def test_the_fleet_rows_hold_the_store_against_the_same_gateway_without_it() -> None:
@@ -95,7 +98,7 @@ def test_the_fleet_rows_hold_the_store_against_the_same_gateway_without_it() -> 
     }
     rows = {
         name: (value, met)
-        for name, _, _, value, met in report.earlier_targets({"medians": medians})
+        for name, _, _, value, met in targets.earlier_targets({"medians": medians})
     }
     success = rows["success throughput, fleet store on / off"]
     error = rows["error path throughput, fleet store on / off"]
