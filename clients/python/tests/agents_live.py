@@ -1,9 +1,10 @@
 """Real processes for the agents' tests and benchmark: the orders API, `mendpoint serve` in
 front of it, and the `mendpoint stdio` command line in front of the tools server.
 
-Standard library only: the LangChain tests run in a venv of their own (`.venv/agents-langchain`,
-whose MCP SDK is 1.x), and start the same processes with the project's interpreter. Configs
-are written as JSON, which YAML reads as it is.
+Standard library only (and tests/support/ports.py, which is too): the LangChain tests run
+in a venv of their own (`.venv/agents-langchain`, whose MCP SDK is 1.x), and start the same
+processes with the project's interpreter. Configs are written as JSON, which YAML reads as it
+is.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,19 +24,17 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
+if str(REPO) not in sys.path:  # run as a script (the benchmark): the checkout's helpers
+    sys.path.append(str(REPO))
+
+from tests.support.ports import free_port  # noqa: E402  (after the path it needs)
+
 PROJECT_PYTHON = REPO / ".venv" / "bin" / "python"
 PYTHON = str(PROJECT_PYTHON if PROJECT_PYTHON.exists() else Path(sys.executable))
 """The interpreter with the gateway installed (the project's venv), whichever venv runs us."""
 TOOLS_SERVER = HERE / "tools_server.py"
 ORDERS_API = HERE / "orders_api.py"
 READY_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def write_config(directory: Path, config: dict[str, Any], name: str = "gateway.yaml") -> Path:

@@ -3,7 +3,8 @@
 `python orders_api.py PORT` serves on 127.0.0.1:PORT (aiohttp). Its errors are the raw
 shapes real stacks send, for the gateway in front of it to classify with its shipped rules:
 
-    GET  /quota/KEY   transient: the first call for each KEY is a 429 (`retry_after`: 0.2 s)
+    GET  /quota/KEY   transient: a new KEY is limited for 0.2 s (429, `retry_after`: 0.2): a
+                      call sooner gets the 429 again
     POST /orders      caller-correctable: `qty` must be a positive integer (400)
     POST /spring      caller-correctable, Spring's shape: its `error` is a string (400)
     GET  /items/ID    terminal: only item 1 exists (404, problem+json)
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,13 +29,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 hits: Counter[str] = Counter()
-seen: set[str] = set()
+limited_until: dict[str, float] = {}
+LIMIT_S = 0.2
 
 
 async def quota(request: web.Request) -> web.Response:
-    key = request.match_info["key"]
-    if key not in seen:
-        seen.add(key)
+    until = limited_until.setdefault(request.match_info["key"], time.monotonic() + LIMIT_S)
+    if time.monotonic() < until:
         return web.json_response({"message": "slow down", "retry_after": 0.2}, status=429)
     return web.json_response({"remaining": 9})
 

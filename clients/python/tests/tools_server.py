@@ -5,7 +5,8 @@
 do, by raising, which the SDK turns into results with `isError: true` for the gateway to
 upgrade (`builtin:mcp-defaults` classifies each text):
 
-    search      transient: the first call for each query is rate limited ("retry in 200ms")
+    search      transient: a new query is rate limited for 200 ms ("retry in 200ms"): a call
+                sooner fails again, one after the advised delay succeeds
     read_note   caller-correctable: only the note "hello" exists (ENOENT otherwise)
     frobnicate  terminal: a failure no rule knows
     send_report terminal, possibly applied: the API behind it answered 503 (a mail may be out)
@@ -20,13 +21,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("mendpoint-agents-tools")
-_seen: set[str] = set()
+_limited_until: dict[str, float] = {}
+LIMIT_S = 0.2
 
 
 def _called(tool: str) -> None:
@@ -40,8 +43,8 @@ def _called(tool: str) -> None:
 def search(query: str) -> str:
     """Search the notes; the search API behind it limits the rate of new queries."""
     _called("search")
-    if query not in _seen:
-        _seen.add(query)
+    until = _limited_until.setdefault(query, time.monotonic() + LIMIT_S)
+    if time.monotonic() < until:
         raise ToolError("429 Too Many Requests: search rate limit reached, retry in 200ms")
     return f"3 notes match {query!r}"
 

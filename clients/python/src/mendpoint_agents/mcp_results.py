@@ -117,8 +117,10 @@ def _item_payload(text: str, key: str, depth: int = 0) -> Any:
     whole = _loads(text)
     if isinstance(whole, Mapping) and key in whole:
         return whole[key]
-    if isinstance(whole, list) and depth == 0:
+    if isinstance(whole, list) and depth == 0:  # the items' texts, each decoded or not
         for item in reversed(whole):
+            if isinstance(item, Mapping) and key in item:
+                return item[key]
             if isinstance(item, str) and (found := _item_payload(item, key, 1)) is not None:
                 return found
     opening = "{" + json.dumps(key) + ":"
@@ -136,7 +138,10 @@ def _flag(result: Any) -> bool:
     """`isError` on the wire and in 1.x models, `is_error` in 2.x models and fastmcp's."""
     if isinstance(result, Mapping):
         return result.get("isError") is True
-    return getattr(result, "is_error", None) is True or getattr(result, "isError", None) is True
+    flag = getattr(result, "is_error", None)  # read first: fastmcp deprecates 2.x's `isError`
+    if flag is None:
+        flag = getattr(result, "isError", None)
+    return flag is True
 
 
 def _get(value: Any, key: str, attribute: str) -> Any:
