@@ -102,7 +102,10 @@ def stdio_command(config: Path, *gateway_args: str) -> list[str]:
     ]
 
 
-def wait_until(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def wait_until(
+    url: str, process: subprocess.Popen[bytes], log: Path, any_answer: bool = False
+) -> None:
+    """Until `url` answers 200 (any status with `any_answer`: an MCP endpoint refuses a GET)."""
     deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -111,6 +114,9 @@ def wait_until(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
             with urllib.request.urlopen(url, timeout=2) as answer:
                 if answer.status == 200:
                     return
+        except urllib.error.HTTPError:
+            if any_answer:
+                return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.05)
@@ -119,7 +125,11 @@ def wait_until(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
 
 @contextlib.contextmanager
 def running(
-    args: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None
+    args: list[str],
+    ready_url: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    any_answer: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("ab") as out:
         process = subprocess.Popen(
@@ -131,7 +141,7 @@ def running(
             stderr=out,
         )
     try:
-        wait_until(ready_url, process, log)
+        wait_until(ready_url, process, log, any_answer)
         yield process
     finally:
         process.terminate()
@@ -181,3 +191,32 @@ def orders_behind_gateway(
         running(serve, f"http://127.0.0.1:{admin_port}/readyz", directory / "gateway.log"),
     ):
         yield Api(api, f"http://127.0.0.1:{gateway_port}", token)
+
+
+@contextlib.contextmanager
+def tools_behind_gateway(directory: Path) -> Iterator[str]:
+    """The tools server over Streamable HTTP and `mendpoint serve` in front of it (a
+    `type: mcp` route at /mcp); yields the gateway's MCP URL."""
+    server_port, gateway_port, admin_port = free_port(), free_port(), free_port()
+    config = {
+        "admin": f"127.0.0.1:{admin_port}",
+        "shutdown": {"drain_delay_s": 0},
+        "routes": [
+            {
+                "name": "tools",
+                "type": "mcp",
+                "prefix": "/mcp",
+                "upstream": f"http://127.0.0.1:{server_port}",
+            }
+        ],
+    }
+    path = write_config(directory, config, "tools-gateway.yaml")
+    server = [PYTHON, str(TOOLS_SERVER), "http", str(server_port)]
+    serve = [PYTHON, "-m", "gateway", "serve", "--config", str(path)]
+    serve += ["--listen", f"127.0.0.1:{gateway_port}"]
+    mcp = f"http://127.0.0.1:{server_port}/mcp"
+    with (
+        running(server, mcp, directory / "tools.log", any_answer=True),
+        running(serve, f"http://127.0.0.1:{admin_port}/readyz", directory / "gateway.log"),
+    ):
+        yield f"http://127.0.0.1:{gateway_port}/mcp"
