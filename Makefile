@@ -9,7 +9,7 @@ DEMO_LISTEN ?= 127.0.0.1:9000
 LISTEN ?= 127.0.0.1:8080
 ADMIN ?= 127.0.0.1:8491
 
-.PHONY: run fleet-demo test coverage test-slow test-uvloop soak lint typecheck fmt shell check-all clean mcp-servers docs \
+.PHONY: run fleet-demo test coverage dist test-slow test-uvloop soak lint typecheck fmt shell check-all clean mcp-servers docs \
 	frameworks system-packages console-screenshots
 
 # `make run` needs the runtime alone (aiohttp, pydantic, pyyaml, regex, prometheus-client);
@@ -111,8 +111,8 @@ PYTEST_WORKERS := -n $(TEST_WORKERS) --dist loadgroup
 # Line coverage of gateway/ from the tests' own processes (the gateway subprocesses the tests
 # start are not counted): the total is printed last; `coverage report` after a run lists
 # every module. Coverage costs about 75% more CPU on the CPU-bound suites, so `make test`
-# (the command a developer runs often) leaves it out and CI runs `make coverage` as its own
-# step; COVERAGE=1 turns it on for `make test` too.
+# (the command a developer runs often) leaves it out; COVERAGE=1 turns it on, and CI runs
+# the suite once that way (`make test COVERAGE=1`, .ci/run). `make coverage` is the same.
 COVERAGE ?= 0
 COV_ARGS := $(if $(filter 1,$(COVERAGE)),--cov --cov-report=,)
 test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages lint typecheck
@@ -121,6 +121,13 @@ test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages lint typecheck
 
 coverage:
 	@$(MAKE) --no-print-directory test COVERAGE=1
+
+# The wheel and the sdist of this version in dist/ (docs/development.md#releasing), with the
+# `build` front end the test extra installs; tests/test_packaging.py installs the wheel in a
+# clean venv (make test-slow).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 # The console's pictures in docs/img (docs/operations.md#console), taken by its browser tests
 # in headless Chromium against their gateways and traffic.
@@ -172,4 +179,4 @@ corpus-replay: $(STAMP)
 	$(BIN)/python -m tests.first_action.replay
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site dist

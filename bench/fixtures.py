@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,7 +269,8 @@ def mendpoint_config(upstream: str, variant: Variant) -> dict[str, object]:
     if variant.collector is not None:
         telemetry["otlp_endpoint"] = variant.collector
         telemetry["sample_ratio"] = variant.sample_ratio
-    return ({"fleet": {"redis": variant.fleet}} if variant.fleet is not None else {}) | {
+    fleet = {"redis": variant.fleet, "key_file": FLEET_KEY_FILE}
+    return ({"fleet": fleet} if variant.fleet is not None else {}) | {
         "telemetry": telemetry,
         "listen": "127.0.0.1:0",
         "admin": None,
@@ -287,7 +289,14 @@ def mendpoint_config(upstream: str, variant: Variant) -> dict[str, object]:
     }
 
 
+FLEET_KEY_FILE = "fleet.key"
+"""Next to the config files (relative paths are read against the config's folder)."""
+
+
 def write_mendpoint_config(root: Path, upstream: str, variant: Variant) -> Path:
+    if variant.fleet is not None and not (root / FLEET_KEY_FILE).exists():
+        (root / FLEET_KEY_FILE).touch(mode=0o600)
+        (root / FLEET_KEY_FILE).write_text(secrets.token_hex(32) + "\n")
     port = upstream.rsplit(":", 1)[-1].strip("/")
     path = root / f"mendpoint-{variant.mode}-{port}{variant.suffix()}.yaml"
     path.write_text(json.dumps(mendpoint_config(upstream, variant), indent=1))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import statistics
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from gateway.config.fleet_model import FleetSpec
 from gateway.config.models import FollowupsSpec
+from gateway.config.session_keys import SessionKeys
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook
 from gateway.feedback.shared import SharedTracking
@@ -38,8 +40,9 @@ KEY = "0" * 32
 async def connected(url: str) -> tuple[FollowupBook, FleetStore]:
     """A book joined to a store at `url`, once the store is up and its events heard."""
     book = FollowupBook(FollowupsSpec(window_s=60), origin=1)
-    store = FleetStore(FleetSpec(redis=url, key_prefix="fleet-path"), None, SCRIPTS)
-    shared = SharedTracking(store, book, 200)
+    spec = FleetSpec(redis=url, key_prefix="fleet-path", key_file="unread: the keys below")
+    store = FleetStore(spec, None, SCRIPTS, SessionKeys.from_secrets([secrets.token_hex(32)]))
+    shared = SharedTracking(store, book, 200, frozenset({"api"}))
     book.shared = shared
     await store.start(shared.received)
     while True:

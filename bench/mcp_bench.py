@@ -78,7 +78,7 @@ def mendpoint_config(upstream: str | None, mode: str) -> dict[str, object]:
     route: dict[str, object] = {"name": "tools", "prefix": "/", "type": "mcp", "mode": mode}
     if upstream is None:
         # wrk's connections all come from 127.0.0.1: one anonymous caller with every session.
-        route.update(command=STDIO_COMMAND, max_sessions=64, max_sessions_per_caller=64)
+        route.update(command=STDIO_COMMAND, max_sessions=64, max_sessions_per_address=64)
     else:
         route["upstream"] = upstream
     config["routes"] = [route]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bench.mcp_bench import mendpoint_config
 from bench.mcp_server import PATH, TOOL, answer, dump, missing_path, ok_path
+from gateway.classify.redact import Redactor
 from gateway.config.loader import load_config
 from gateway.enrich.step import Enricher, FailureContext
 from gateway.failure import Mode
@@ -70,7 +71,8 @@ def upgrader(root: Path, mode: str) -> Upgrader:
     path.write_text(json.dumps(mendpoint_config("http://127.0.0.1:9", mode)))
     loaded = load_config(str(path))
     # The observers a gateway declares for a route without capture.
-    observers = (AccessNotes(), FailureMetrics(), SignatureObserver(SignatureBook()))
+    redactor = Redactor.build(loaded.config.redaction)
+    observers = (AccessNotes(), FailureMetrics(), SignatureObserver(SignatureBook(), redactor))
     return Upgrader(Enricher.build(loaded, observers), loaded.config.mcp)
 
 

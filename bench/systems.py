@@ -76,7 +76,7 @@ WORKLOADS = (
     Workload("mcp-16", mcp_server.PATH, 16, 200, mcp=True),
 )
 MCP_ONLY = ("mendpoint-bridge", "mcp-proxy")
-# The bridge's config sets max_sessions_per_caller (its load opens every session from one
+# The bridge's config sets max_sessions_per_address (its load opens every session from one
 # address), a key a revision before it refuses: it gets no `@REV` twin.
 UNTWINNED = ("mendpoint-bridge",)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -53,12 +54,17 @@ def program(name: str) -> str:
     sys.exit(f"fleet-demo: {name} is not installed (tests/setup/system-packages.sh installs it)")
 
 
-def gateway_config(upstream: str, redis_port: int) -> str:
+def gateway_config(upstream: str, redis_port: int, key_file: Path) -> str:
+    fleet = {
+        "redis": f"redis://127.0.0.1:{redis_port}/0",
+        "key_prefix": "fleet-demo",
+        "key_file": str(key_file),  # seals what the replicas share (docs/security.md)
+    }
     return json.dumps(
         {
             "routes": [{"name": "demo", "prefix": "/", "upstream": upstream, "mode": "additive"}],
             "followups": {"window_s": 5},
-            "fleet": {"redis": f"redis://127.0.0.1:{redis_port}/0", "key_prefix": "fleet-demo"},
+            "fleet": fleet,
             "shutdown": {"drain_delay_s": 0, "grace_s": 5},
         }
     )
@@ -75,8 +81,11 @@ def main() -> int:
     args = parser.parse_args()
     replicas, admins = args.replicas.split(","), args.admins.split(",")
     work = Path(tempfile.mkdtemp(prefix="mendpoint-fleet-demo-"))
+    key_file = work / "fleet.key"
+    key_file.touch(mode=0o600)
+    key_file.write_text(secrets.token_hex(32) + "\n")
     config = work / "gateway.json"
-    config.write_text(gateway_config(f"http://{args.demo_listen}", args.redis_port))
+    config.write_text(gateway_config(f"http://{args.demo_listen}", args.redis_port, key_file))
     servers = "\n".join(f"    server r{i} {address}" for i, address in enumerate(replicas))
     (work / "haproxy.cfg").write_text(HAPROXY.format(front=args.front, servers=servers))
     children: list[subprocess.Popen[bytes]] = []

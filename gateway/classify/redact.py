@@ -324,6 +324,17 @@ class Redactor:
         clean = _Walk(self, rules, names).value(document)
         return own if clean is document else Raw(write(clean))
 
+    def copy(self, body: bytes | None, cap: int) -> tuple[str, bool]:
+        """A body copied somewhere new (a capture file, a gap's sample): redacted whole, then
+        cut at `cap` bytes (a secret cut in two would no longer look like one); and whether
+        it was cut."""
+        raw = body or b""
+        copied = self.body(raw.decode("utf-8", "replace"))
+        clean = copied.text if isinstance(copied, Raw) else copied
+        if len(raw) <= cap:
+            return clean, False
+        return clean.encode("utf-8")[:cap].decode("utf-8", "ignore"), True
+
     def _masked(self, value: str, rules: RuleSet) -> str:
         """`value` with the matches of `rules` (those it holds a hint of) and of the custom
         patterns masked."""

@@ -1,4 +1,5 @@
-"""`mendpoint gaps` and `mendpoint followups`: a running gateway's admin API, as tables."""
+"""`mendpoint gaps` and `mendpoint followups`: a running gateway's admin API, as tables
+(and `mendpoint gaps --reset`, its one write)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from gateway.feedback.readings import reading
 from gateway.serve.admin import AdminError, admin_get, admin_token
 
 
-def _admin_json(command: str, args: argparse.Namespace, path: str) -> dict[str, Any] | None:
-    """GET an admin endpoint, with the admin token when one is given; None (and a line on
-    stderr) when it cannot be read."""
+def _admin_json(
+    command: str, args: argparse.Namespace, path: str, method: str = "GET"
+) -> dict[str, Any] | None:
+    """GET (or POST) an admin endpoint, with the admin token when one is given; None (and a
+    line on stderr) when it cannot be read."""
     try:
-        payload = admin_get(args.admin, path, admin_token(args.token_file))
+        payload = admin_get(args.admin, path, admin_token(args.token_file), method)
     except AdminError as exc:
         print(f"mendpoint {command}: {exc}", file=sys.stderr)
         return None
@@ -57,8 +60,17 @@ def _show(
 
 
 def run_gaps(args: argparse.Namespace) -> int:
-    path = f"/gaps?limit={max(1, args.limit)}"
-    nothing_yet = "no unmatched failures yet: every failure so far matched one of your rules"
+    if args.reset:
+        payload = _admin_json("gaps", args, "/gaps/reset", "POST")
+        if payload is None:
+            return EXIT_INVALID
+        print(f"gaps reset: counts start afresh ({scope_line(payload)})")
+        return EXIT_OK
+    path = f"/gaps?limit={max(1, args.limit)}&window_s={args.window}"
+    nothing_yet = (
+        f"no unmatched failures in the last {args.window} s: every failure in it matched one "
+        "of your rules"
+    )
     return _show(args, "gaps", path, "signatures", nothing_yet, _gaps_table)
 
 
@@ -67,10 +79,13 @@ def run_followups(args: argparse.Namespace) -> int:
     return _show(args, "followups", "/followups", "codes", nothing_yet, _followups_table)
 
 
-def _gaps_table(_: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+def _gaps_table(payload: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    print(f"window {payload.get('window_s')} s; open gaps first, those a rule covers after")
     print(f"{'count':>7}  {'route':<12} {'status':<22} signature")
     for row in rows:
-        print(f"{row['count']:>7}  {row['route']:<12} {row['status']:<22} {row['signature']}")
+        covered = row.get("covered_by")
+        mark = f"  [covered by {covered}]" if covered else ""
+        print(f"{row['count']:>7}  {row['route']:<12} {row['status']:<22} {row['signature']}{mark}")
 
 
 def _followups_table(payload: dict[str, Any], rows: list[dict[str, Any]]) -> None:

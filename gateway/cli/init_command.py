@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 from pathlib import Path
 
 from gateway.config.loader import builtin_names
 from gateway.offline.openapi import ApiDocument, OpenApiError, load
 from gateway.offline.probe import probe
-from gateway.offline.starter import build, render_fixtures
+from gateway.offline.starter import TOKEN_FILE, Loop, build, render_fixtures
 
 # Where frameworks serve their document when nobody says, tried in this order: FastAPI,
 # Litestar's OpenAPIController (`/schema/openapi.json`), Django Ninja mounted at `api/`,
@@ -46,10 +48,14 @@ def run_init(upstream: str, openapi: str | None, out: str, force: bool) -> int:
     if openapi is not None and document is None:
         return EXIT_INVALID
     answer = probe(upstream)
-    starter = build(upstream, document, source, answer, builtin_names())
+    captures = str(target.parent.resolve() / "captures")
+    loop = Loop(captures=captures, token_file=TOKEN_FILE)
+    starter = build(upstream, document, source, answer, builtin_names(), loop=loop)
     target.write_text(starter.config)
     print(f"wrote {target}: 1 route, {len(starter.rules)} rule(s) from the document", end="")
     print(f", packs: {', '.join(starter.packs) or 'the shipped fallbacks only'}")
+    token = target.with_name(TOKEN_FILE)
+    print(_write_token(token))
     if starter.fixtures:
         fixtures_path.write_text(render_fixtures(starter, target.name, fixtures_path.name))
         print(f"wrote {fixtures_path}: {len(starter.fixtures)} case(s)")
@@ -75,3 +81,15 @@ def _document(upstream: str, openapi: str | None) -> tuple[ApiDocument | None, s
             continue
     print("note: no OpenAPI document found (give one with --openapi FILE_OR_URL)")
     return None, None
+
+
+def _write_token(path: Path) -> str:
+    """The admin token file, mode 0600 from its first byte; one already there is kept (its
+    clients have it)."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return f"kept {path}: the admin token already there"
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32) + "\n")
+    return f"wrote {path}: the admin token (mode 0600), for mendpoint gaps and suggest"

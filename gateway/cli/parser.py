@@ -2,13 +2,14 @@
 
 Each command's module is imported when that command runs, not before: `mendpoint stdio`
 starts an MCP server per chat, and should not pay for importing the resolver or `explain`.
+Every argument has its help text (tests/cli/test_help.py walks the parser for one without).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import __version__
 from gateway.config.admin_address import DEFAULT_ADMIN
@@ -22,22 +23,43 @@ if TYPE_CHECKING:
     from gateway.serve.workers import WorkerCount
 
 
+DESCRIPTION = (
+    "Mendpoint: a transparent reverse proxy in front of an HTTP API or an MCP tool server. "
+    "Successes pass through untouched; failures (4xx/5xx answers, transport faults, MCP tool "
+    "and JSON-RPC errors) are classified by YAML rules into a recovery envelope an agent can "
+    "act on: code, retryable, retry_after_ms, fix_required, fix_command."
+)
+EPILOG = (
+    "Try it: mendpoint serve --upstream http://127.0.0.1:9000 (the shipped rules, no config "
+    "file). The product contract: docs/spec.md; every config key: docs/configuration.md."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mendpoint",
-        description=__doc__.splitlines()[0],
-        epilog="The product contract: docs/spec.md; every config key: docs/configuration.md.",
+    parser = argparse.ArgumentParser(prog="mendpoint", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"mendpoint {__version__}",
+        help="print the version and exit",
     )
-    parser.add_argument("--version", action="version", version=f"mendpoint {__version__}")
     parser.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
         help="overrides MENDPOINT_LOG_LEVEL and the config's log.level (default info)",
     )
-    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        required=True, metavar="COMMAND", help="run `mendpoint COMMAND --help` for its options"
+    )
 
-    serve = sub.add_parser("serve", help="run the gateway")
+    serve = _command(sub, "serve", help="run the gateway")
     _config_source(serve)
+    serve.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        help="the embedded default route's mode, with --upstream only (overrides MENDPOINT_MODE;"
+        " default additive); with --config, each route's mode: is in the file",
+    )
     serve.add_argument("--listen", help="HOST:PORT to listen on (overrides the config)")
     serve.add_argument(
         "--admin", help=f"HOST:PORT of the admin listener (default {DEFAULT_ADMIN}), or 'off'"
@@ -53,20 +75,34 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--worker-link", type=int, help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
-    gaps = sub.add_parser("gaps", help="print the top unmatched-error signatures of a gateway")
+    gaps = _command(sub, "gaps", help="print the top unmatched-error signatures of a gateway")
     gaps.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
-    gaps.add_argument("--limit", type=int, default=20)
+    gaps.add_argument(
+        "--limit", type=int, default=20, help="how many signatures to print (default 20)"
+    )
+    gaps.add_argument(
+        "--window",
+        type=int,
+        default=900,
+        metavar="SECONDS",
+        help="count the failures of the last SECONDS (default 900, at most 10800)",
+    )
+    gaps.add_argument(
+        "--reset", action="store_true", help="start the counts afresh (needs the admin token)"
+    )
     _admin_token_argument(gaps)
     gaps.set_defaults(run=_gaps)
-    followups = sub.add_parser(
-        "followups", help="print what callers did after each code's failures (docs/operations.md)"
+    followups = _command(
+        sub,
+        "followups",
+        help="print what callers did after each code's failures (docs/operations.md)",
     )
     followups.add_argument("--admin", required=True, help="the gateway's admin URL or HOST:PORT")
     _admin_token_argument(followups)
     followups.set_defaults(run=_followups)
 
-    init = sub.add_parser(
-        "init", help="write a starter config for an upstream, from its OpenAPI document"
+    init = _command(
+        sub, "init", help="write a starter config for an upstream, from its OpenAPI document"
     )
     init.add_argument("--upstream", required=True, help="the API's base URL")
     init.add_argument("--openapi", help="its OpenAPI document: a file or URL (default: probe)")
@@ -74,22 +110,34 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--force", action="store_true", help="replace existing files")
     init.set_defaults(run=_init)
 
-    suggest = sub.add_parser(
-        "suggest", help="draft rules from captured or live unmatched failures (docs/rules.md)"
+    suggest = _command(
+        sub, "suggest", help="draft rules from captured or live unmatched failures (docs/rules.md)"
     )
     suggest.add_argument(
         "--from", dest="source", required=True, help="a capture directory, or an admin HOST:PORT"
     )
     suggest.add_argument("--out", required=True, help="the rule file to write")
+    suggest.add_argument(
+        "--config",
+        help="the config the gateway runs (default MENDPOINT_CONFIG): each draft is tried "
+        "with it on its own samples before it is written",
+    )
+    suggest.add_argument(
+        "--window",
+        type=int,
+        default=10_800,
+        metavar="SECONDS",
+        help="with --from HOST:PORT, the gaps of the last SECONDS (default and most: 10800)",
+    )
     suggest.add_argument("--force", action="store_true", help="replace existing files")
     _admin_token_argument(suggest)
     suggest.set_defaults(run=_suggest)
 
-    check = sub.add_parser("check", help="validate a config and every rule pack it includes")
-    check.add_argument("--config", required=True)
+    check = _command(sub, "check", help="validate a config and every rule pack it includes")
+    check.add_argument("--config", required=True, help="the gateway config file to validate")
     check.set_defaults(run=_check)
 
-    exp = sub.add_parser("explain", help="show which rule matches a sample and what it renders")
+    exp = _command(sub, "explain", help="show which rule matches a sample and what it renders")
     _config_source(exp)
     exp.add_argument("--status", type=int, help="the upstream status")
     exp.add_argument(
@@ -98,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a transport fault instead of a status",
     )
     exp.add_argument("--body", help="file holding the upstream body ('-' for stdin)")
-    exp.add_argument("--method", default="GET")
-    exp.add_argument("--path", default="/")
+    exp.add_argument("--method", default="GET", help="the request's method (default GET)")
+    exp.add_argument("--path", default="/", help="the request's path, for routes and rules")
     exp.add_argument(
         "--header",
         action="append",
@@ -114,13 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME:VALUE",
         help="a header the caller sent, e.g. Idempotency-Key:k1 (repeatable)",
     )
-    exp.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ENVELOPE.value)
+    exp.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=Mode.ENVELOPE.value,
+        help="the mode to render the answer in (default envelope)",
+    )
     exp.add_argument(
         "--caller", help="resolve recovery options with this configured caller's scopes"
     )
     exp.set_defaults(run=_explain)
 
-    resolver = sub.add_parser("resolver", help="serve the remote-resolver endpoint from a catalog")
+    resolver = _command(sub, "resolver", help="serve the remote-resolver endpoint from a catalog")
     resolver.add_argument("--config", required=True, help="a config, or a pack with skills:")
     resolver.add_argument("--listen", default="127.0.0.1:8090", help="HOST:PORT to listen on")
     resolver.add_argument(
@@ -144,12 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resolver.set_defaults(run=_resolver)
 
-    stdio = sub.add_parser(
+    stdio = _command(
+        sub,
         "stdio",
         help="run an MCP stdio server behind the gateway: stdio [--config F] -- CMD ARGS...",
     )
     stdio.add_argument("--config", help="gateway config file (its rules, packs and mcp: block)")
-    stdio.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.ADDITIVE.value)
+    stdio.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=Mode.ADDITIVE.value,
+        help="how upgraded tool errors are written (default additive; docs/mcp.md)",
+    )
     stdio.add_argument(
         "--grace",
         type=float,
@@ -157,10 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds pending calls may run after the client closes its input "
         "(default: mcp.stdio_grace_s, 60; docs/mcp.md)",
     )
-    stdio.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    stdio.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the server to start"
+    )
     stdio.set_defaults(run=_stdio)
 
-    schema = sub.add_parser(
+    schema = _command(
+        sub,
         "schema",
         help="print the JSON Schema of a config, rule or fixture file (for editors; "
         "docs/configuration.md#editor-support)",
@@ -171,14 +233,26 @@ def build_parser() -> argparse.ArgumentParser:
         choices=_SchemaKinds(),
         default="config",
         metavar="{config,fixtures,rules}",
+        help="which file's schema (default config)",
     )
     schema.set_defaults(run=_schema)
 
-    test = sub.add_parser("test", help="run rule fixture files against a config")
+    test = _command(sub, "test", help="run rule fixture files against a config")
     _config_source(test)
     test.add_argument("fixtures", nargs="+", help="fixture files (or builtin:NAME)")
     test.set_defaults(run=_test)
     return parser
+
+
+class _Commands(Protocol):
+    """What `add_subparsers` returns, as far as `_command` uses it."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
+def _command(sub: _Commands, name: str, help: str) -> argparse.ArgumentParser:
+    """A command whose one-line help in `mendpoint --help` heads its own `--help` too."""
+    return sub.add_parser(name, help=help, description=help)
 
 
 def _admin_token_argument(command: argparse.ArgumentParser) -> None:
@@ -257,7 +331,7 @@ def _init(args: argparse.Namespace) -> int:
 def _suggest(args: argparse.Namespace) -> int:
     from gateway.cli.suggest_command import run_suggest
 
-    return run_suggest(args.source, args.out, args.force, args.token_file)
+    return run_suggest(args.source, args.out, args.force, args.token_file, args.config, args.window)
 
 
 def _check(args: argparse.Namespace) -> int:

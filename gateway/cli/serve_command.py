@@ -13,6 +13,7 @@ from gateway.config.loader import embedded_config, load_config
 from gateway.config.model_base import parse_host_port
 from gateway.serve import process_tuning, supervisor, workers
 from gateway.serve.app import require_c_parser, serve_forever
+from gateway.telemetry.log_lines import chosen
 from gateway.telemetry.logs import setup_logging
 
 
@@ -52,20 +53,26 @@ def run_serve(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"mendpoint serve: MENDPOINT_WORKERS: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if config and args.mode:
+        print(
+            "mendpoint serve: --mode sets the embedded default's mode (with --upstream); "
+            "with a config file (--config, MENDPOINT_CONFIG), set each route's mode: in it",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if config:
         loaded = load_config(config)
     else:
         assert upstream is not None
-        loaded = embedded_config(
-            upstream, listen or "127.0.0.1:8080", mode=env.get("MENDPOINT_MODE")
-        )
+        mode = args.mode or env.get("MENDPOINT_MODE")
+        loaded = embedded_config(upstream, listen or "127.0.0.1:8080", mode=mode)
     log_spec = loaded.config.log
-    level = args.log_level or env.get("MENDPOINT_LOG_LEVEL") or log_spec.level
-    fmt = env.get("MENDPOINT_LOG_FORMAT") or log_spec.format
-    if fmt not in ("json", "text"):
-        print("mendpoint serve: MENDPOINT_LOG_FORMAT must be json or text", file=sys.stderr)
+    try:
+        level, fmt = chosen(args.log_level, log_spec.level, log_spec.format)
+    except ValueError as exc:
+        print(f"mendpoint serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    setup_logging(level, "json" if fmt == "json" else "text", log_spec.access)
+    setup_logging(level, fmt, log_spec.access)
     admin_address = None if admin == "off" else (admin or loaded.config.admin)
     if args.worker_link is not None:  # one of `--workers N`, under its supervisor
         link = workers.WorkerLink(args.worker_link)
@@ -83,6 +90,7 @@ def run_serve(args: argparse.Namespace) -> int:
             argv += ["--log-level", args.log_level]
         argv += ["serve", "--admin", "off"]
         argv += ["--config", config] if config else ["--upstream", str(upstream)]
+        argv += ["--mode", args.mode] if args.mode else []
         listen_address = listen or loaded.config.listen
         with contextlib.suppress(KeyboardInterrupt):
             return supervisor.supervise(

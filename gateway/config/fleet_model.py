@@ -57,6 +57,9 @@ class FleetSpec(Strict):
     queue_max: int = Field(default=10_000, ge=100, le=1_000_000)
     # Bridge sessions across replicas; without it a session is usable on its replica only.
     sessions: FleetSessionsSpec | None = None
+    # Signs what replicas share through the store (events, relay records): a replica applies
+    # only what another wrote (docs/security.md#fleet-store). Default: sessions.key_file.
+    key_file: str | None = Field(default=None, min_length=1)
 
     @field_validator("redis")
     @classmethod
@@ -65,6 +68,16 @@ class FleetSpec(Strict):
         if ":" in userinfo:
             raise ValueError("put the password in password_file, not in the URL")
         return value
+
+    @model_validator(mode="after")
+    def _a_key(self) -> FleetSpec:
+        if self.key_file is None and self.sessions is None:
+            raise ValueError(
+                "key_file is required: it signs what replicas share through the store, so a "
+                "replica applies only what another replica wrote (make one: "
+                "openssl rand -hex 32 > fleet.key; chmod 600 fleet.key)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_needs_rediss(self) -> FleetSpec:

@@ -69,6 +69,9 @@ class LoadedConfig:
     fleet_password: str | None = field(default=None, repr=False)
     # From `fleet.sessions.key_file`: what signs bridge session ids and relayed requests.
     session_keys: SessionKeys | None = field(default=None, repr=False)
+    fleet_keys: SessionKeys | None = field(default=None, repr=False)
+    """What signs what replicas share through the store (`fleet.key_file`, else the sessions'
+    key file); set whenever `fleet` is."""
 
     def line_of(self, source: Sourced, *subpath: str | int) -> int | None:
         """The line of a field inside a sourced item, for error messages."""

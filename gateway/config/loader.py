@@ -8,12 +8,12 @@ file and line. Any problem anywhere becomes one `ConfigError` listing all of the
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from importlib import resources
 from typing import Any
 
 from gateway.config.errors import ConfigError, Problem
+from gateway.config.fleet_files import add_fleet_files
 from gateway.config.loaded import (
     BUILTIN_PREFIX,
     LoadedConfig,
@@ -26,8 +26,7 @@ from gateway.config.route_model import RouteSpec
 from gateway.config.rule_model import RulePack
 from gateway.config.salvage import is_inert, salvage
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
-from gateway.config.session_keys import read_session_keys
-from gateway.config.tls import resolve_block_tls, resolve_resolver_tls, resolve_route_tls
+from gateway.config.tls import resolve_resolver_tls, resolve_route_tls
 from gateway.config.validate import validate_loaded
 from gateway.config.yaml_model import M, validate_model
 from gateway.config.yamlsrc import YamlDoc, parse_yaml, read_yaml
@@ -166,7 +165,7 @@ def _assemble(
     loaded.config, tls_problems = resolve_route_tls(config, doc, base_dir)
     problems.extend(tls_problems)
     problems.extend(_add_resolver_tls(loaded, doc, base_dir))
-    problems.extend(_add_fleet(loaded, doc, base_dir))
+    problems.extend(add_fleet_files(loaded, doc, base_dir))
     own = RulePack(
         rules=config.rules,
         commands=config.commands,
@@ -397,42 +396,6 @@ def _add_resolver_tls(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list
     context, files, problems = resolve_resolver_tls(spec, doc, base_dir)
     loaded.resolver_tls = context
     loaded.files.extend(files)
-    return problems
-
-
-def _add_fleet(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Problem]:
-    """The fleet store's password (first line of `fleet.password_file`) and TLS files, read
-    now so a missing or bad file is a config error, not a store that never connects (they
-    are watched; a reload after either changed says it takes effect on restart)."""
-    spec = loaded.config.fleet
-    if spec is None:
-        return []
-    problems: list[Problem] = []
-    if importlib.util.find_spec("redis") is None:
-        message = "needs the redis package: pip install 'mendpoint[fleet]'"
-        problems.append(Problem(doc.file, doc.line_of(("fleet", "redis")), "fleet.redis", message))
-    if spec.password_file is not None:
-        path = spec.password_file
-        path = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
-        loaded.files.append(os.path.abspath(path))
-        try:
-            loaded.fleet_password = read_tokens(path)[0]
-        except TokenError as exc:
-            line = doc.line_of(("fleet", "password_file"))
-            problems.append(Problem(doc.file, line, "fleet.password_file", str(exc)))
-    if spec.sessions is not None:
-        path = os.path.normpath(os.path.join(base_dir, spec.sessions.key_file))  # abs: itself
-        loaded.files.append(os.path.abspath(path))
-        try:
-            loaded.session_keys = read_session_keys(path)
-        except TokenError as exc:
-            line = doc.line_of(("fleet", "sessions", "key_file"))
-            problems.append(Problem(doc.file, line, "fleet.sessions.key_file", str(exc)))
-    if spec.tls is not None:
-        tls, tls_problems = resolve_block_tls(spec.tls, doc, base_dir, ("fleet", "tls"))
-        problems.extend(tls_problems)
-        fleet = spec.model_copy(update={"tls": tls})
-        loaded.config = loaded.config.model_copy(update={"fleet": fleet})
     return problems
 
 

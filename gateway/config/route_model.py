@@ -97,6 +97,14 @@ class PathSpec(Strict):
 _PREFIX = re.compile(r"^/([A-Za-z0-9\-._~!$&'()*+,=:@]+(/[A-Za-z0-9\-._~!$&'()*+,=:@]+)*/?)?$")
 
 
+SESSION_KEYS = (
+    "session_idle_s",
+    "max_sessions",
+    "max_sessions_per_caller",
+    "max_sessions_per_address",
+)
+
+
 class RouteSpec(Strict):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     prefix: str = Field(default="/", pattern=r"^/")
@@ -125,9 +133,12 @@ class RouteSpec(Strict):
     public_url: str | None = None
     session_idle_s: float = Field(default=300, gt=0, le=86_400)
     max_sessions: int = Field(default=16, ge=1, le=10_000)
-    # Sessions one caller (or anonymous client address) may hold at once, so one client
-    # cannot take the whole route (docs/mcp.md#sessions-belong-to-their-caller).
+    # Sessions one named caller may hold at once, so one client cannot take the whole route;
+    # an anonymous address (many agents behind one NAT, perhaps) max_sessions_per_address,
+    # by default half the route's (docs/mcp.md#sessions-belong-to-their-caller). All three
+    # count across the workers of one gateway.
     max_sessions_per_caller: int = Field(default=4, ge=1, le=10_000)
+    max_sessions_per_address: int | None = Field(default=None, ge=1, le=10_000)
     # Upstream connections this route's requests may hold at once (streams apart); None: as
     # many as limits.max_upstream_connections (docs/transparency.md#fair-shares-of-the-pool).
     max_connections: int | None = Field(default=None, ge=1)
@@ -189,23 +200,29 @@ class RouteSpec(Strict):
         if self.command is not None and self.max_connections is not None:
             raise ValueError("max_connections is only for routes with an upstream URL")
         if self.command is None:
-            for key in ("session_idle_s", "max_sessions", "max_sessions_per_caller"):
+            for key in SESSION_KEYS:
                 if key in self.model_fields_set:
                     raise ValueError(f"{key} is only for mcp routes with a command (the bridge)")
-        elif (
-            "max_sessions_per_caller" in self.model_fields_set
-            and self.max_sessions_per_caller > self.max_sessions
-        ):
-            raise ValueError(
-                f"max_sessions_per_caller ({self.max_sessions_per_caller}) is above "
-                f"max_sessions ({self.max_sessions}); it can be at most max_sessions"
-            )
+        else:
+            for key in ("max_sessions_per_caller", "max_sessions_per_address"):
+                share = getattr(self, key)
+                if key in self.model_fields_set and share is not None and share > self.max_sessions:
+                    raise ValueError(
+                        f"{key} ({share}) is above max_sessions ({self.max_sessions}); it can "
+                        "be at most max_sessions"
+                    )
         return self
 
-    @property
-    def sessions_per_caller(self) -> int:
-        """The per-caller bound in force: the default never exceeds a smaller route bound."""
-        return min(self.max_sessions_per_caller, self.max_sessions)
+    def sessions_for(self, holder_kind: str) -> int:
+        """The sessions one holder may have at once: a named caller's bound (the default never
+        above a smaller route bound), or an address's, by default half the route's: an
+        address may be many agents behind one NAT, or one client, and cannot be told apart,
+        so it gets enough for a platform and leaves the rest at least half."""
+        if holder_kind == "caller":
+            return min(self.max_sessions_per_caller, self.max_sessions)
+        if self.max_sessions_per_address is not None:
+            return self.max_sessions_per_address
+        return max(1, (self.max_sessions + 1) // 2)
 
     @field_validator("command")
     @classmethod

@@ -10,10 +10,14 @@ method, target, session id, client peer and request id, and the time it was sign
 refuses any request without a valid one made within `RELAY_SKEW_S`, so only a replica can
 name the client whose session it is (the owner believes the peer it is told).
 
-The two uses have keys of their own, derived from the file's secret, so a MAC of one kind is
-never valid as the other. The file may hold several secrets, one a line: the first signs,
-every one verifies, so a key is rotated by adding the new one second, then moving it first,
-then dropping the old one, without a window in which live sessions become 404s.
+What replicas share through the store is signed too (`fleet.key_file`, or the sessions' key
+file when there is no other): every message on the events channel and every relay record, so
+a replica applies only what another replica wrote, not what anyone who can write to Redis
+does (docs/security.md#fleet-store). The uses have keys of their own, derived from the file's
+secret, so a MAC of one kind is never valid as another. The file may hold several secrets,
+one a line: the first signs, every one verifies, so a key is rotated by adding the new one
+second, then moving it first, then dropping the old one, without a window in which live
+sessions become 404s.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class SessionKeys:
 
     ids: tuple[bytes, ...]
     relay: tuple[bytes, ...]
+    shared: tuple[bytes, ...]
 
     @classmethod
     def from_secrets(cls, secrets: Sequence[str]) -> SessionKeys:
@@ -47,6 +52,16 @@ class SessionKeys:
         return cls(
             ids=tuple(_derive(secret, b"mendpoint bridge session id v1") for secret in secrets),
             relay=tuple(_derive(secret, b"mendpoint session relay v1") for secret in secrets),
+            shared=tuple(_derive(secret, b"mendpoint fleet store v1") for secret in secrets),
+        )
+
+    def sign_shared(self, data: bytes) -> str:
+        """The MAC of something one replica writes to the store for the others (128 bits)."""
+        return _mac(self.shared[0], data)[: ID_MAC_BYTES * 2]
+
+    def shared_valid(self, data: bytes, mac: str) -> bool:
+        return any(
+            hmac.compare_digest(_mac(key, data)[: ID_MAC_BYTES * 2], mac) for key in self.shared
         )
 
     def sign_id(self, body: str) -> str:
@@ -80,7 +95,8 @@ class SessionKeys:
 
 
 def read_session_keys(path: str) -> SessionKeys:
-    """`fleet.sessions.key_file`'s keys, each long enough for an HMAC; TokenError if not."""
+    """A fleet key file's keys (`fleet.key_file`, `fleet.sessions.key_file`), each long
+    enough for an HMAC; TokenError if not."""
     secrets = read_tokens(path)
     short = [n for n, secret in enumerate(secrets, start=1) if len(secret) < MIN_KEY_CHARS]
     if short:

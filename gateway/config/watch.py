@@ -119,7 +119,12 @@ def reloaded_config(path: str, running: LoadedConfig, *, quiet: bool = False) ->
             kept[key] = getattr(running.config, key)
     if kept:
         loaded.config = loaded.config.model_copy(update=kept)
-    for name, key in (("fleet_password", "password_file"), ("session_keys", "sessions.key_file")):
+    secrets = (
+        ("fleet_password", "password_file"),
+        ("session_keys", "sessions.key_file"),
+        ("fleet_keys", "key_file"),
+    )
+    for name, key in secrets:
         if getattr(loaded, name) != getattr(running, name):
             if not quiet:
                 log.warning("config reload: fleet.%s changed; it takes effect on restart", key)

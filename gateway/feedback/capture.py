@@ -34,7 +34,6 @@ from gateway.config.route_model import CaptureSpec
 from gateway.failure import Mode
 from gateway.observers import Classified, FailureNotes
 from gateway.telemetry.metrics import CAPTURE_DROPPED
-from gateway.text.json_text import Raw
 
 log = logging.getLogger("mendpoint.capture")
 
@@ -253,12 +252,7 @@ def sample_draw() -> float:
 
 
 def render(exchange: CapturedFailure, spec: CaptureSpec, redactor: Redactor) -> bytes:
-    body = exchange.body or b""
-    cut = len(body) > spec.max_body_bytes
-    # Redacted whole, then cut: a secret cut in two would no longer look like one.
-    copied = redactor.body(body.decode("utf-8", "replace"))
-    clean = copied.text if isinstance(copied, Raw) else copied
-    text = clean.encode("utf-8")[: spec.max_body_bytes].decode("utf-8", "ignore") if cut else clean
+    text, cut = redactor.copy(exchange.body, spec.max_body_bytes)
     wanted = {name.lower() for name in spec.headers}
     headers = {k: redactor.text(v) for k, v in exchange.headers.items() if k.lower() in wanted}
     record: dict[str, Any] = {

@@ -14,7 +14,9 @@ follow the table of gateway.feedback.followups.decide.
   open; else the latest under the key that began before the request. A success that finds
   none is remembered for a few seconds, for the failure whose news is on its way.
 - `sweep`: failures past their deadline, counted abandoned once.
-- `gap`: an unmatched signature in a bounded top-N (space-saving).
+- `gap`: an unmatched signature in a bounded top-N (space-saving, its sample dropped with
+  it), counted in its time bucket's sorted set (at most the table's capacity of members),
+  and its redacted sample kept when one comes with it (gateway.feedback.signatures).
 - `publish`: an event for the other replicas as it is (what a `tools/list` said of its tools'
   annotations, gateway.mcp.tool_hints), kept nowhere.
 
@@ -180,9 +182,16 @@ elseif redis.call('ZCARD', KEYS[1]) < a.capacity then
   redis.call('ZADD', KEYS[1], 1, a.member)
 else
   local floor = redis.call('ZPOPMIN', KEYS[1], 1)
+  redis.call('HDEL', KEYS[2], floor[1])
   redis.call('ZADD', KEYS[1], tonumber(floor[2]) + 1, a.member)
 end
+if redis.call('ZSCORE', KEYS[3], a.member) or redis.call('ZCARD', KEYS[3]) < a.capacity then
+  redis.call('ZINCRBY', KEYS[3], 1, a.member)
+end
+redis.call('EXPIRE', KEYS[3], a.bucket_ttl_s)
+if a.sample then redis.call('HSET', KEYS[2], a.member, a.sample) end
 redis.call('EXPIRE', KEYS[1], a.counts_ttl_s)
+redis.call('EXPIRE', KEYS[2], a.counts_ttl_s)
 return 1
 """,
     "publish": """
@@ -210,9 +219,11 @@ end
 def batch_script(scripts: dict[str, str]) -> str:
     """One script running a list of `[name, key places, argument]` calls of `scripts`, each
     over the keys at those places of KEYS (1-based; a key several calls name is sent once);
-    answers a JSON list, an error as `{"err": text}`. Each argument is an object inside the
-    plan, not JSON text of its own: encoded once on the gateway (json.dumps of the plan) and
-    decoded once in Redis."""
+    answers a JSON pair: the list of results, an error as `{"err": text}`, and the messages
+    to publish, `[channel, text]` each. The gateway signs and publishes those itself: the
+    fleet's key never reaches Redis (docs/security.md#fleet-store). Each argument is an
+    object inside the plan, not JSON text of its own: encoded once on the gateway (json.dumps
+    of the plan) and decoded once in Redis."""
     handlers = "".join(
         f"handlers[{name!r}] = function(KEYS, a)\n{text.strip()}\nend\n"
         for name, text in scripts.items()
@@ -234,10 +245,11 @@ for i, call in ipairs(plan) do
   end
   out[i] = result
 end
+local messages = {}
 for _, channel in ipairs(channels) do
-  redis.call('PUBLISH', channel,
-    sender[channel] .. SEP .. '[' .. table.concat(published[channel], ',') .. ']')
+  table.insert(messages, {channel,
+    sender[channel] .. SEP .. '[' .. table.concat(published[channel], ',') .. ']'})
 end
-return cjson.encode(out)
+return cjson.encode({out, messages})
 """
     )

@@ -23,11 +23,9 @@ each open and each settlement to the supervisor, which passes it to the other wo
 entry counts the outcome; the worker that opened it counts it abandoned; the supervisor's
 figures are the sums.
 
-With a fleet store (`fleet:`, gateway.feedback.shared) the replicas of other machines arrive
-the same way, through the store's events channel, and the store decides what is counted: the
-book tells it each open, settlement and sweep (`shared`), and Prometheus counts what the
-store granted; the book's own tallies remain this process's view, shown while the store is
-down (docs/operations.md#fleet).
+With a fleet store (gateway.feedback.shared) other machines' entries arrive the same way,
+checked, and the store decides what is counted; the book's own tallies are this process's
+view, shown while the store is down (docs/operations.md#fleet).
 """
 
 from __future__ import annotations
@@ -48,19 +46,22 @@ from gateway.telemetry.metrics import FOLLOWUPS_EVICTED, RECOVERY_SECONDS, count
 
 RECOVERY_SAMPLES = 1000  # per (route, code): enough for a stable median, bounded memory
 MAX_ORIGINS = 1024
+DIGEST_CHARS = 32
 ENTRY_BYTES = 584
-"""What one open failure holds beyond its request id's characters: the `OpenFailure`, its two
-32-digit digests and the request id's string header, its floats and ints (its filter slot
-among them), and its share of the book's ordered dict. Measured with tracemalloc over books of
-500 to 90,000 entries, opened here or replicated from a sibling worker, alone or as the second
-failure of a chain: from 466 to 547 bytes, plus a margin for the dict's growth steps
-(tests/feedback/test_followup_memory.py; docs/operations.md#follow-ups)."""
+"""One open failure beyond its request id's characters (the `OpenFailure`, its two digests, the
+id's string header, its numbers, its share of the ordered dict), measured with tracemalloc over
+books of 500 to 90,000 entries, local or replicated, alone or second in a chain: 466 to 547
+bytes, plus a margin (tests/feedback/test_followup_memory.py; docs/operations.md#follow-ups)."""
 
 
 def entry_bytes(entry: OpenFailure) -> int:
     """The memory `entry` costs the book, never less than it holds: 616 bytes with the
-    gateway's own 32-character request id, 784 with the longest a caller may send (200)."""
-    return ENTRY_BYTES + len(entry.request_id)
+    gateway's own 32-character request id, 784 with the longest a caller may send (200).
+    Digests longer than ENTRY_BYTES measured count too: a replica's entry comes from another
+    process (checked in gateway.feedback.fleet_events, not assumed here); route, code and
+    rule are interned, one copy however many entries name them."""
+    digests = len(entry.key) + len(entry.identity) - 2 * DIGEST_CHARS
+    return ENTRY_BYTES + len(entry.request_id) + max(0, digests)
 
 
 class Outcome(StrEnum):

@@ -8,6 +8,10 @@ open and close into its own `FollowupBook` (`received`, as a sibling worker's), 
 follow-up stays a dictionary lookup where it arrives; a follow-up that outruns the news of its
 failure is matched in the store instead.
 
+What arrives from the others, and what is read back from the store, is checked before it is
+applied, counted or shown (gateway.feedback.fleet_events): anyone who can write to the Redis
+can write there too.
+
 Prometheus counts what the store granted, in the replica it granted it to, so the store's
 tables and the sum of the replicas' counters agree. The book still counts in its own tallies:
 they are what /followups shows while the store is down. Times cross machines as Unix
@@ -17,14 +21,24 @@ milliseconds: monotonic clocks are per machine.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from gateway.config.loaded import LoadedConfig
+from gateway.feedback import fleet_gaps
+from gateway.feedback.fleet_events import (
+    MAX_TOOLS,
+    Reason,
+    event_problem,
+    label_problem,
+    rejected,
+    route_shaped,
+)
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, OpenFailure, Outcome
-from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.feedback.signatures import Gap, GapSample, Signature, SignatureBook
 from gateway.feedback.store import (
     COUNTS_TTL_S,
     KEY_MARGIN_MS,
@@ -37,8 +51,9 @@ from gateway.feedback.store import (
 )
 from gateway.telemetry.metrics import RECOVERY_SECONDS, count_followup
 
-Ranked = list[tuple[Signature, int]]
 OUTCOMES = frozenset(o.value for o in Outcome)
+MAX_ROWS = 4096
+"""(route, code) pairs /followups shows from the store: a config's routes times its codes."""
 SUCCESS_MEMORY_MS = 5000
 """How long the store remembers a success that followed no failure it knew of, for the news
 of one that was on its way (docs/operations.md#fleet)."""
@@ -57,10 +72,21 @@ def local_time(wall: float, clock: Callable[[], float]) -> float:
 class SharedTracking:
     """The store's side of one process's `FollowupBook` and `SignatureBook`."""
 
-    def __init__(self, store: FleetStore, book: FollowupBook, gaps_capacity: int) -> None:
+    def __init__(
+        self,
+        store: FleetStore,
+        book: FollowupBook,
+        gaps_capacity: int,
+        routes: frozenset[str],
+    ) -> None:
         self.store = store
         self.book = book
         self.gaps_capacity = gaps_capacity
+        self.routes = routes
+        """The running config's route names: the only ones another replica's event, or a
+        Prometheus label read from the store, may name (set again on reload)."""
+        self.gaps_clock: Callable[[], float] = time.time
+        """Unix seconds: the `SignatureBook`'s clock, whose buckets the store counts in."""
         self.on_hints: Callable[[str, dict[str, Any]], object] | None = None
         """Where other replicas' tool annotations go (the MCP runtime's ToolBook)."""
 
@@ -109,7 +135,7 @@ class SharedTracking:
             keys.succeeded(entry.key),
             keys.recovery_prefix,
         )
-        self._call("open", opened_keys, arguments, _settled)
+        self._call("open", opened_keys, arguments, self._settled)
 
     def followed(
         self,
@@ -149,7 +175,7 @@ class SharedTracking:
             keys.events,
             keys.succeeded(attempt.key),
         )
-        self._call("follow", follow_keys, arguments, _won)
+        self._call("follow", follow_keys, arguments, self._won)
 
     def sweep(self) -> None:
         """Count the fleet's failures past their deadline abandoned (any replica may)."""
@@ -163,12 +189,13 @@ class SharedTracking:
             "window_ms": round(self.book.settings.window_s * 1000),
             "sep": SEP,
         }
-        self._call("sweep", (keys.due, keys.tally), arguments, _abandoned)
+        self._call("sweep", (keys.due, keys.tally), arguments, self._abandoned)
 
-    def gap(self, signature: Signature) -> None:
-        member = json.dumps([signature.route, signature.status, signature.text])
-        arguments = {"member": member, "capacity": self.gaps_capacity, "counts_ttl_s": COUNTS_TTL_S}
-        self._call("gap", (self.store.keys.gaps,), arguments)
+    def gap(self, signature: Signature, sample: GapSample | None, now: float) -> None:
+        """A failure of `signature` at `now` (the book's clock), with the sample the book took."""
+        self.store.enqueue(
+            fleet_gaps.write(self.store.keys, self.gaps_capacity, signature, sample, now)
+        )
 
     def _call(
         self,
@@ -185,16 +212,23 @@ class SharedTracking:
     def hints(self, route: str, tools: dict[str, Any]) -> None:
         """What a `tools/list` here said of `route`'s tools that this replica did not know
         (gateway.mcp.tool_hints), for every other replica's book."""
-        event = {"op": "hints", "from": self.store.replica, "route": route, "tools": tools}
-        text = json.dumps(event)  # published as it is, not decoded in Redis
-        argument = {"event": text, "from": self.store.replica}
-        self.store.enqueue(Operation("publish", (self.store.keys.events,), argument))
+        names = list(tools)
+        for start in range(0, len(names), MAX_TOOLS):  # an event's bound (fleet_events)
+            part = {name: tools[name] for name in names[start : start + MAX_TOOLS]}
+            event = {"op": "hints", "from": self.store.replica, "route": route, "tools": part}
+            text = json.dumps(event)  # published as it is, not decoded in Redis
+            argument = {"event": text, "from": self.store.replica}
+            self.store.enqueue(Operation("publish", (self.store.keys.events,), argument))
 
     # -- what the others send --------------------------------------------------------------
 
     def received(self, event: dict[str, Any]) -> None:
         """Another replica's open or close, into this book as a sibling worker's would be;
-        its tools' annotations to `on_hints`."""
+        its tools' annotations to `on_hints`. One that fails its checks is dropped, counted."""
+        problem = event_problem(event, self.routes)
+        if problem is not None:
+            rejected("event", problem)
+            return
         if event.get("op") == "hints":
             route, tools = event.get("route"), event.get("tools")
             if self.on_hints is not None and isinstance(route, str) and isinstance(tools, dict):
@@ -226,6 +260,40 @@ class SharedTracking:
             return
         self.book.apply({"op": "open", "entry": replica})
 
+    # -- what the store granted this process: counted here -----------------------------------
+
+    def _settled(self, result: object) -> None:
+        """Failures the store settled with this open (its predecessor, its successor, or
+        itself by a success heard of first), as (route, code, outcome) triples."""
+        if isinstance(result, list) and len(result) % 3 == 0:
+            for index in range(0, len(result), 3):
+                route, code, outcome = result[index : index + 3]
+                self._count(route, code, outcome)
+
+    def _won(self, result: object) -> None:
+        """A settlement the store granted this process: (route, code, outcome, recovery ms)."""
+        if isinstance(result, list) and len(result) == 4:
+            route, code, outcome, recovery_ms = result
+            if self._count(route, code, outcome) and _is_number(recovery_ms):
+                RECOVERY_SECONDS.labels(route=route, code=code).observe(float(recovery_ms) / 1000)
+
+    def _abandoned(self, result: object) -> None:
+        if isinstance(result, list) and len(result) % 2 == 0:
+            for route, code in zip(result[0::2], result[1::2], strict=True):
+                self._count(route, code, Outcome.ABANDONED.value)
+
+    def _count(self, route: object, code: object, outcome: object) -> bool:
+        """One settled failure in Prometheus, when its labels are this config's: the route
+        and code come from keys anyone who can write to the store could have set."""
+        problem = label_problem(route, code, self.routes)
+        if problem is None and outcome not in OUTCOMES:
+            problem = "bad_field"
+        if problem is not None:
+            rejected("tally", problem)
+            return False
+        count_followup(str(route), str(code), str(outcome))
+        return True
+
     # -- the fleet's tables ----------------------------------------------------------------
 
     async def rows(self) -> list[dict[str, Any]]:
@@ -236,30 +304,29 @@ class SharedTracking:
         for name, value in tally.items():
             route, _, rest = name.partition(SEP)
             code, _, field = rest.partition(SEP)
+            problem = _tally_problem(route, code, field, value)
+            if problem is None and (route, code) not in by_code and len(by_code) >= MAX_ROWS:
+                problem = "oversized"
+            if problem is not None:
+                rejected("tally", problem)
+                continue
             row = by_code.setdefault((route, code), _empty_row(route, code, rules))
-            if field == "failures" or field in OUTCOMES:
-                row[field] = row.get(field, 0) + int(value)
+            row[field] = row.get(field, 0) + int(value)
         pipe = self.store.redis.pipeline(transaction=False)
         for route, code in by_code:
             pipe.lrange(keys.recovery(route, code), 0, RECOVERY_SAMPLES - 1)
         samples = await self.store.bounded(pipe.execute()) if by_code else []
         for row, values in zip(by_code.values(), samples, strict=True):
-            row["recovery_samples_ms"] = [float(v) for v in values]
+            row["recovery_samples_ms"] = [float(v) for v in values if _is_number(v)]
         return list(by_code.values())
 
-    async def gaps(self, limit: int) -> Ranked:
-        members = await self.store.bounded(
-            self.store.redis.zrevrange(self.store.keys.gaps, 0, limit - 1, withscores=True)
-        )
-        ranked: Ranked = []
-        for member, score in members:
-            try:
-                route, status, text = json.loads(member)
-            except (TypeError, ValueError):
-                continue
-            ranked.append((Signature(str(route), str(status), str(text)), int(score)))
-        ranked.sort(key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text))
-        return ranked
+    async def gaps(self, limit: int, window_s: float) -> list[Gap]:
+        """The fleet's top gaps inside the window, or StoreDown (gateway.feedback.fleet_gaps)."""
+        return await fleet_gaps.top(self.store, self.gaps_clock(), limit, window_s)
+
+    async def reset_gaps(self) -> None:
+        """Every count of the fleet's gaps gone, or StoreDown."""
+        await fleet_gaps.reset(self.store, self.gaps_clock())
 
 
 async def _both(store: FleetStore, tally: str, rules: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -268,6 +335,28 @@ async def _both(store: FleetStore, tally: str, rules: str) -> tuple[dict[str, st
     pipe.hgetall(rules)
     found, named = await pipe.execute()
     return dict(found), dict(named)
+
+
+def _tally_problem(route: str, code: str, field: str, value: object) -> Reason | None:
+    """Why one field of the store's tally is not shown: a row's route and code are of the
+    config's shapes (routes renamed since stay: the tally is history), its count a number."""
+    if not route_shaped(route) or label_problem(route, code, (route,)) is not None:
+        return "bad_field"
+    if field != "failures" and field not in OUTCOMES:
+        return "bad_field"
+    return None if isinstance(value, str) and value.isdigit() and len(value) <= 18 else "bad_field"
+
+
+def _is_number(value: object) -> bool:
+    """A number as Redis answers one (a string), or as a script returns it."""
+    if isinstance(value, str) and len(value) <= 32:
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value >= 0
 
 
 def _empty_row(route: str, code: str, rules: dict[str, str]) -> dict[str, Any]:
@@ -281,30 +370,6 @@ def _empty_row(route: str, code: str, rules: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _settled(result: object) -> None:
-    """Failures the store settled with this open (its predecessor, its successor, or itself by
-    a success heard of first), as (route, code, outcome) triples: counted here."""
-    if isinstance(result, list) and len(result) % 3 == 0:
-        for index in range(0, len(result), 3):
-            route, code, outcome = (str(v) for v in result[index : index + 3])
-            count_followup(route, code, outcome)
-
-
-def _won(result: object) -> None:
-    """A settlement the store granted this process: (route, code, outcome, recovery ms)."""
-    if isinstance(result, list) and len(result) == 4:
-        route, code, outcome = str(result[0]), str(result[1]), str(result[2])
-        count_followup(route, code, outcome)
-        if result[3] != "":
-            RECOVERY_SECONDS.labels(route=route, code=code).observe(float(result[3]) / 1000)
-
-
-def _abandoned(result: object) -> None:
-    if isinstance(result, list):
-        for route, code in zip(result[0::2], result[1::2], strict=True):
-            count_followup(str(route), str(code), Outcome.ABANDONED.value)
-
-
 def connect(
     loaded: LoadedConfig, book: FollowupBook, signatures: SignatureBook
 ) -> SharedTracking | None:
@@ -313,8 +378,11 @@ def connect(
     spec = loaded.config.fleet
     if spec is None:
         return None
-    store = FleetStore(spec, loaded.fleet_password, SCRIPTS)
-    shared = SharedTracking(store, book, signatures.capacity)
+    if loaded.fleet_keys is None:  # the loader reads fleet.key_file, or refuses the config
+        raise RuntimeError("fleet: no key to seal what replicas share (fleet.key_file)")
+    store = FleetStore(spec, loaded.fleet_password, SCRIPTS, loaded.fleet_keys)
+    routes = frozenset(route.name for route in loaded.config.routes)
+    shared = SharedTracking(store, book, signatures.capacity, routes)
     book.shared = shared
-    signatures.shared = shared.gap
+    signatures.shared, shared.gaps_clock = shared.gap, signatures.clock
     return shared

@@ -4,9 +4,10 @@
 Nothing here runs on a request's critical path. The request path appends an `Operation` (a
 Lua script's keys and arguments, gateway.feedback.shared) to a bounded queue and returns; one
 task per process sends the queue in batches of up to `BATCH`, each one EVALSHA of the batch
-script, bounded by `fleet.timeout_ms`. Another task holds the subscription to the events
-channel (one message a batch, gateway.feedback.fleet_scripts) and hands each event of another
-process to a callback.
+script, bounded by `fleet.timeout_ms`, then one PUBLISH of the events the batch made, sealed
+with the fleet key here (the key never reaches Redis). Another task holds the subscription to
+the events channel (one message a batch, gateway.feedback.fleet_scripts) and hands each event
+of another process to a callback, once its seal is checked (gateway.feedback.fleet_events).
 
 When Redis is slow or gone, a call past the timeout marks the store down: the request path
 is never touched; the queue keeps what it cannot send (at most `fleet.queue_max`, the oldest
@@ -31,6 +32,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.fleet_model import FleetSpec
+from gateway.config.session_keys import SessionKeys
+from gateway.feedback.fleet_events import (
+    MAX_EVENTS,
+    MAX_MESSAGE_CHARS,
+    Rejected,
+    rejected,
+    seal,
+    unseal,
+)
 from gateway.feedback.fleet_scripts import batch_script
 from gateway.telemetry.metrics import STORE_DEGRADED, STORE_DROPPED, STORE_UP
 
@@ -82,6 +92,8 @@ class Keys:
         self.recovery_prefix = f"{base}:fu:recovery:"
         self.events = f"{base}:fu:events"
         self.gaps = f"{base}:gaps"
+        self.gap_samples = f"{base}:gaps:samples"
+        self.gap_bucket_prefix = f"{base}:gaps:b:"
         self.relay_prefix = f"{base}:relay:"
 
     def open(self, key: str) -> str:
@@ -89,6 +101,10 @@ class Keys:
 
     def succeeded(self, key: str) -> str:
         return f"{self.open_prefix[: -len('open:')]}ok:{key}"
+
+    def gap_bucket(self, bucket: int) -> str:
+        """The sorted set of one time bucket's gaps (gateway.feedback.signatures.bucket_of)."""
+        return f"{self.gap_bucket_prefix}{bucket}"
 
     def relay(self, replica: str) -> str:
         """Where `replica`'s internal relay port is (gateway.mcp.bridge_replicas)."""
@@ -106,10 +122,18 @@ def describe(url: str) -> str:
 class FleetStore:
     """One process's connection to the shared store, its queue, and its health."""
 
-    def __init__(self, spec: FleetSpec, password: str | None, scripts: dict[str, str]) -> None:
+    def __init__(
+        self,
+        spec: FleetSpec,
+        password: str | None,
+        scripts: dict[str, str],
+        keys: SessionKeys,
+    ) -> None:
         import redis.asyncio as aioredis  # the `fleet` extra: only a gateway with a store needs it
 
         self.spec = spec
+        self.sealing = keys
+        """The fleet key's: what seals the events and relay records this process writes."""
         self.keys = Keys(spec.key_prefix)
         self.replica = secrets.token_hex(8)
         """This process's name on the events channel: its own events are not applied again."""
@@ -229,10 +253,8 @@ class FleetStore:
                 named.append(slot)
             plan.append([operation.script, named, operation.argument])
         raw = await self.bounded(self._batch(keys, json.dumps(plan, default=str)))
-        try:
-            answered = json.loads(raw)
-        except (TypeError, ValueError):
-            answered = None
+        answered, messages = _answer_and_messages(raw)
+        await self._publish(messages)
         if not isinstance(answered, list) or len(answered) != len(batch):
             answered = [{"err": f"unreadable answer {str(raw)[:80]!r}"}] * len(batch)
         results: list[Any] = []
@@ -242,6 +264,19 @@ class FleetStore:
                 result = RuntimeError(str(result["err"]))
             results.append(result)
         return results
+
+    async def _publish(self, messages: list[Any]) -> None:
+        """The batch's events, sealed, for the other replicas. Not replayed when the store
+        fails now: the writes landed, and a replica that misses an event matches in the store
+        instead (gateway.feedback.shared)."""
+        pipe = self._redis.pipeline(transaction=False)
+        for message in messages:
+            if isinstance(message, list) and len(message) == 2:
+                channel, text = message
+                pipe.publish(str(channel), seal(self.sealing, "events", str(text)))
+        if len(pipe):
+            with contextlib.suppress(StoreDown):  # `bounded` marks the store down
+                await self.bounded(pipe.execute())
 
     async def _batch(self, keys: list[str], plan: str) -> Any:
         from redis.exceptions import NoScriptError
@@ -346,23 +381,50 @@ class FleetStore:
                     await closing()
 
     def _deliver(self, data: object) -> None:
-        """One batch's events, in order, after its sender's id; this process's own batches
-        are dropped unread (it has their events), and its own events in a batch for every
-        replica too."""
+        """One batch's events, in order, after its sender's id, once its seal is checked
+        (what no replica of this fleet sealed is dropped unread, counted); this process's own
+        batches are dropped unread (it has their events), and its own events in a batch for
+        every replica too. Each event is checked field by field where it is applied
+        (gateway.feedback.shared)."""
         if not isinstance(data, str) or self._on_event is None:
             return
-        sender, _, body = data.partition(SEP)
+        if len(data) > MAX_MESSAGE_CHARS:
+            rejected("event", "oversized")
+            return
+        try:
+            opened = unseal(self.sealing, "events", data)
+        except Rejected as why:
+            rejected("event", why.reason)
+            return
+        sender, _, body = opened.partition(SEP)
         if sender == self.replica:
             return
         try:
             events = json.loads(body)
         except ValueError:
-            return
-        if not isinstance(events, list):
+            events = None
+        if not isinstance(events, list) or len(events) > MAX_EVENTS:
+            rejected("event", "malformed")
             return
         for event in events:
             if isinstance(event, dict) and event.get("from") != self.replica:
                 self._on_event(event)
+
+
+def _answer_and_messages(raw: object) -> tuple[Any, list[Any]]:
+    """The batch script's answer: its results, and the messages it left for the gateway to
+    seal and publish (cjson writes an empty list as `{}`)."""
+    try:
+        answered = json.loads(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None, []
+    if not isinstance(answered, list) or len(answered) != 2:
+        return None, []
+    results, messages = answered
+    return (
+        [] if results == {} else results,
+        messages if isinstance(messages, list) else [],
+    )
 
 
 def sha1_of(text: str) -> str:

@@ -11,7 +11,8 @@ the per-caller session limit. Clients behind one NAT (or one untrusted proxy) sh
 address, and so share their sessions' holder and their limit: the session id, 128 random
 bits, still keeps their sessions apart, and callers that need their own limit use API keys.
 
-The holder also counts sessions against `max_sessions_per_caller`.
+The holder also counts sessions against its share of the route (`max_sessions_per_caller` for a
+named caller, `max_sessions_per_address` for an address: gateway.config.route_model).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ This is how a team exposes a local tool server to remote agents with upgraded er
 `initialize` POST without `Mcp-Session-Id` opens a bridge session (`bridge_sessions`: one child
 process each) and the answer names it; later requests are routed by that id; DELETE ends it.
 A session belongs to the caller that opened it (`bridge_holders`): anyone else's POST, GET or
-DELETE with its id gets the same 404 as an unknown id, and a caller past
-`max_sessions_per_caller` gets 429 (docs/mcp.md#sessions-belong-to-their-caller).
+DELETE with its id gets the same 404 as an unknown id, and a caller past its share
+(`max_sessions_per_caller`, `max_sessions_per_address`) gets 429
+(docs/mcp.md#sessions-belong-to-their-caller).
 
 A POST's requests are written to the child as lines (batches one message a line, since stdio
 servers read single messages); the POST then waits for the responses with those ids. A single
@@ -153,14 +154,14 @@ def _holder(ctx: RequestContext) -> Holder:
 def _holder_full(ctx: RequestContext, full: HolderSessionsFull) -> web.Response:
     """429, not the route's 503: this caller holds its share, and what frees one is its own
     DELETE (or the idle reaper, by `Retry-After`), not waiting for others."""
-    limit = full.limit
+    limit, setting = full.limit, full.setting
     response = rpc_refusal(
         429,
         SERVER_ERROR,
-        f"Too many MCP sessions for this caller on this route (max_sessions_per_caller: "
+        f"Too many MCP sessions for this caller on this route ({setting}: "
         f"{limit}): end one with DELETE, or wait until one has been idle for session_idle_s",
         ctx.request_id,
-        {"max_sessions_per_caller": limit},
+        {setting: limit},
     )
     response.headers["Retry-After"] = str(max(1, math.ceil(full.retry_after_s)))
     return response

@@ -10,6 +10,11 @@ once per `HEARTBEAT_S` per replica at most (kept in between), and while the stor
 answer the last address read is used: a relay to a replica that is gone then fails to
 connect, which is a 404 too. Every store call is bounded by `fleet.timeout_ms`
 (`FleetStore.bounded`).
+
+A record is sealed with the fleet key over its own key and address
+(gateway.feedback.fleet_events.seal): one that is not, or that was copied from another
+replica's key, is no record (counted in `mendpoint_fleet_rejected_total{what="relay_record"}`),
+so whoever can write to the Redis cannot point a replica's sessions at an address of theirs.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import contextlib
 import logging
 import time
 
+from gateway.feedback.fleet_events import Rejected, rejected, seal, unseal
 from gateway.feedback.store import FleetStore, StoreDown
 
 log = logging.getLogger("mendpoint.mcp")
@@ -52,8 +58,9 @@ class ReplicaDirectory:
     async def _heartbeat(self) -> None:
         key, ttl_ms = self.record_key(self.replica), int(RECORD_TTL_S * 1000)
         while True:
+            record = seal(self.store.sealing, f"relay {key}", self.address or "")
             with contextlib.suppress(StoreDown):  # the store counts and logs its outage
-                await self.store.bounded(self.store.redis.set(key, self.address, px=ttl_ms))
+                await self.store.bounded(self.store.redis.set(key, record, px=ttl_ms))
             await asyncio.sleep(HEARTBEAT_S)
 
     async def address_of(self, replica: str) -> str | None:
@@ -62,17 +69,31 @@ class ReplicaDirectory:
         known = self._known.get(replica)
         if known is not None and now - known[1] < HEARTBEAT_S:
             return known[0]
+        key = self.record_key(replica)
         try:
-            found = await self.store.bounded(self.store.redis.get(self.record_key(replica)))
+            found = await self.store.bounded(self.store.redis.get(key))
         except StoreDown:
             return known[0] if known is not None else None
-        if not isinstance(found, str) or not found:
+        found = self._opened(key, found)
+        if found is None:
             self._known.pop(replica, None)
             return None
         if len(self._known) >= MAX_KNOWN:
             self._known.pop(next(iter(self._known)))
         self._known[replica] = (found, now)
         return found
+
+    def _opened(self, key: str, record: object) -> str | None:
+        """The address a record under `key` holds, if a replica of this fleet sealed it there.
+        No age bound: a record lives `RECORD_TTL_S`, and machines' clocks may differ by more."""
+        if not isinstance(record, str) or not record:
+            return None
+        try:
+            address = unseal(self.store.sealing, f"relay {key}", record, max_age_ms=None)
+        except Rejected as why:
+            rejected("relay_record", why.reason)
+            return None
+        return address or None
 
     async def alive(self, replica: str) -> bool:
         return await self.address_of(replica) is not None

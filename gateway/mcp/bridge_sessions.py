@@ -2,9 +2,11 @@
 
 A stdio server holds one conversation, so each MCP session of a bridge route (a `type: mcp`
 route with `command:`) gets its own child process. `Bridges` opens a session for an
-`initialize` (at most `max_sessions` per route, and `max_sessions_per_caller` of those for one
-holder, `bridge_holders`) and finds it again by its id and holder: for anyone else the session
-does not exist (docs/mcp.md#sessions-belong-to-their-caller). A session ends on
+`initialize` (at most `max_sessions` per route, and a holder's share of those:
+`max_sessions_per_caller` for a named caller, `max_sessions_per_address` for an address,
+`bridge_holders`; counted across workers, `session_ledger`) and finds it again by its id and
+holder: for anyone else the session does not exist
+(docs/mcp.md#sessions-belong-to-their-caller). A session ends on
 DELETE, after `session_idle_s` without a request, when its child exits, or at gateway shutdown,
 and ending it kills the child's process group. While it lives, a session routes each line the
 child writes to the HTTP stream it belongs to (`bridge_streams`). Every request still waiting
@@ -41,10 +43,12 @@ from gateway.mcp.jsonrpc import (
 )
 from gateway.mcp.lines import Overlong, overlong_id
 from gateway.mcp.rpc_errors import server_gone, too_large
+from gateway.mcp.session_ledger import LocalLedger, SessionCounts
 
 log = logging.getLogger("mendpoint.mcp")
 
 EXIT_GRACE_S = 2.0
+SHARE_SETTINGS = {"caller": "max_sessions_per_caller", "address": "max_sessions_per_address"}
 
 
 class SessionsFull(Exception):
@@ -52,11 +56,13 @@ class SessionsFull(Exception):
 
 
 class HolderSessionsFull(Exception):
-    """This holder already has `max_sessions_per_caller` sessions on the route."""
+    """This holder already has its share of the route's sessions (`sessions_for`)."""
 
-    def __init__(self, limit: int, retry_after_s: float) -> None:
-        super().__init__(limit, retry_after_s)
+    def __init__(self, limit: int, retry_after_s: float, setting: str) -> None:
+        super().__init__(limit, retry_after_s, setting)
         self.limit = limit
+        self.setting = setting
+        """The route setting that bounds this holder, as the 429 names it."""
         self.retry_after_s = retry_after_s
         """When the first of its sessions would end idle, if it stays unused."""
 
@@ -233,9 +239,9 @@ class Bridges:
 
     def __init__(self, keys: SessionKeys | None = None) -> None:
         self._sessions: dict[str, BridgeSession] = {}
-        # Children being started, by route and by (route, holder): counted against the limits.
-        self._opening: dict[str, int] = {}
-        self._opening_for: dict[tuple[str, Holder], int] = {}
+        # What counts sessions against the bounds: this process, or under `serve --workers`
+        # the supervisor, for every worker (gateway.serve.workers sets it).
+        self.counts: SessionCounts = LocalLedger()
         # Sessions already ending (their child may still be exiting): shutdown waits for
         # them too, so no child process outlives the gateway's event loop.
         self._closing: set[BridgeSession] = set()
@@ -259,23 +265,19 @@ class Bridges:
         OSError (cannot start) otherwise. The holder's own bound is checked first: a caller
         at it is told to end a session of its own, not that the route is busy."""
         assert spec.command is not None
-        route = spec.name
-        mine = [s for s in self._sessions.values() if s.route == route and s.holder == holder]
-        if len(mine) + self._opening_for.get((route, holder), 0) >= spec.sessions_per_caller:
+        route, share = spec.name, spec.sessions_for(holder.kind)
+        verdict = await self.counts.claim(route, str(holder), share, spec.max_sessions)
+        if verdict == "holder":
+            mine = (s for s in self._sessions.values() if s.route == route and s.holder == holder)
             first_idle = min((s.idle_in() for s in mine), default=spec.session_idle_s)
-            raise HolderSessionsFull(spec.sessions_per_caller, first_idle)
-        running = sum(1 for s in self._sessions.values() if s.route == route)
-        if running + self._opening.get(route, 0) >= spec.max_sessions:
+            raise HolderSessionsFull(share, first_idle, SHARE_SETTINGS[holder.kind])
+        if verdict == "route":
             raise SessionsFull
-        self._opening[route] = self._opening.get(route, 0) + 1
-        self._opening_for[route, holder] = self._opening_for.get((route, holder), 0) + 1
         try:
             child = await Child.start(list(spec.command), limit)
-        finally:
-            self._opening[route] -= 1
-            self._opening_for[route, holder] -= 1
-            if not self._opening_for[route, holder]:
-                del self._opening_for[route, holder]
+        except BaseException:
+            self.counts.release(route, str(holder))
+            raise
         session_id = self.owners.new_session_id()
         session = BridgeSession(session_id, route, holder, child, spec.session_idle_s, self._drop)
         self._sessions[session_id] = session
@@ -283,7 +285,8 @@ class Bridges:
         return session
 
     def _drop(self, session: BridgeSession) -> None:
-        self._sessions.pop(session.id, None)
+        if self._sessions.pop(session.id, None) is not None:
+            self.counts.release(session.route, str(session.holder))
         self._closing.add(session)
         ending = session.ending
         if ending is not None:

@@ -94,9 +94,10 @@ class ToolBook:
                 listed[name] = ToolFacts(replay_safe(tool), required_arguments(tool))
         changed = self._note(route, listed)
         if changed and self.on_learned is not None:
-            told = {
+            told = {  # a name longer than a fleet event may carry stays this replica's
                 n: {"replay_safe": f.replay_safe, "required": f.required}
                 for n, f in changed.items()
+                if len(n) <= NAME_LIMIT
             }
             self.on_learned(route, told)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.loader import builtin_text
 from gateway.config.route_model import DEFAULT_IDEMPOTENT
@@ -32,7 +33,10 @@ from gateway.offline.openapi import ApiDocument, ErrorResponse, Operation
 from gateway.offline.probe import Probe
 from gateway.offline.yaml_writer import Comment, Mapping, Noted, Sequence, block, emit
 
-MAX_CODE_WORDS = 6
+TOKEN_FILE = "mendpoint-admin-token"
+"""The admin token file `init` writes beside the config (and names relative to it)."""
+MAX_CODE_CHARS = 48
+"""A drafted code's length at most: whole words, so `error.code` stays a readable constant."""
 GENERIC_WORDS = frozenset(
     {"error", "errors", "response", "failed", "failure", "invalid", "request", "the", "a", "an"}
 )
@@ -89,12 +93,21 @@ def _default_categories() -> dict[int, Category]:
 
 
 def upper_snake(text: str) -> str:
-    """ "Order already exists" → ORDER_ALREADY_EXISTS (at most six words, 64 characters)."""
+    """ "Order already exists" → ORDER_ALREADY_EXISTS: as many whole words as fit in
+    `MAX_CODE_CHARS` (a code is never cut inside a word; only a first word longer than that
+    is cut)."""
     words = re.findall(r"[A-Za-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", text))
-    code = "_".join(w.upper() for w in words[:MAX_CODE_WORDS])[:64].strip("_")
+    code = ""
+    for word in (w.upper() for w in words):
+        joined = f"{code}_{word}" if code else word
+        if len(joined) + (2 if joined[0].isdigit() else 0) > MAX_CODE_CHARS:
+            break
+        code = joined
+    if not code and words:
+        code = words[0].upper()[: MAX_CODE_CHARS - 2]
     if code and code[0].isdigit():
         code = "E_" + code
-    return code[:64]
+    return code
 
 
 def says_more_than_status(description: str, status: int) -> bool:
@@ -201,6 +214,14 @@ def example_path(template: str) -> str:
     return re.sub(r"\{[^/}]+\}", "1", template)
 
 
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """Where the retrofit loop keeps what it learns: the captures and the admin token file."""
+
+    captures: str = "captures"
+    token_file: str = TOKEN_FILE
+
+
 def build(
     upstream: str,
     document: ApiDocument | None,
@@ -208,15 +229,22 @@ def build(
     probe: Probe | None,
     available_packs: list[str],
     route: str = "api",
+    loop: Loop = Loop(),
 ) -> Starter:
     """The starter, written through `yaml_writer`: the document's paths, operation ids and
     descriptions and the probe's evidence come from the upstream, and none of them may add
-    to the file (docs/security.md#drafted-yaml)."""
+    to the file (docs/security.md#drafted-yaml). It starts the retrofit loop
+    (docs/operations.md#the-rollout-loop): `headers` mode, capture of what no rule names,
+    and the admin listener on loopback with its token."""
     packs = [p for p in guess_packs(document, probe) if p in available_packs]
     rules, skipped = draft_rules(document, route) if document is not None else ([], [])
     config = Mapping().add("listen", "127.0.0.1:8080")
+    config.note("The admin listener: /gaps, /followups, /metrics and the console, loopback only.")
+    config.note("Its token (written beside this file, mode 0600) is what `mendpoint gaps` and")
+    config.note("`mendpoint suggest --from` send, and what POST /gaps/reset needs.")
+    config.add("admin", DEFAULT_ADMIN).add("admin_token_file", loop.token_file)
     _include(config, packs, probe)
-    config.add("routes", Sequence([_route(route, upstream, document)]))
+    config.add("routes", Sequence([_route(route, upstream, document, loop)]))
     for note in skipped:
         config.note(f"not a rule: {note}")
     config.add("rules", Sequence([item for rule in rules for item in _rule(rule, route)]))
@@ -258,7 +286,11 @@ def _header(upstream: str, document: ApiDocument | None, source: str | None) -> 
         "  mendpoint check --config THIS_FILE      # validate",
         "  mendpoint test --config THIS_FILE FIXTURES_FILE",
         "  mendpoint serve --config THIS_FILE",
-        "Then watch `mendpoint gaps` and `mendpoint suggest` for what no rule names yet.",
+        "Then the loop: what no rule names yet, and drafts for it tried on real failures:",
+        f"  mendpoint gaps --admin {DEFAULT_ADMIN} --token-file {TOKEN_FILE}",
+        f"  mendpoint suggest --from {DEFAULT_ADMIN} --token-file {TOKEN_FILE}",
+        "      --config THIS_FILE --out drafts.yaml",
+        "and, once agents recover with the advisory headers, `mode: additive`.",
     )
 
 
@@ -271,15 +303,19 @@ def _include(config: Mapping, packs: list[str], probe: Probe | None) -> None:
     config.add("include", [f"builtin:{p}" for p in packs])
 
 
-def _route(route: str, upstream: str, document: ApiDocument | None) -> Mapping:
+def _route(route: str, upstream: str, document: ApiDocument | None, loop: Loop) -> Mapping:
+    capture = Mapping().add("dir", loop.captures).add("only", "unmatched")
     spec = (
         Mapping()
         .add("name", route)
         .add("prefix", "/")
         .add("upstream", upstream)
-        .note("additive keeps every field of the upstream's JSON errors and adds the recovery")
-        .note("fields; `headers` is shadow mode (advisory headers only) for a first rollout.")
-        .add("mode", "additive")
+        .note("headers is shadow mode: the upstream's bodies untouched, advisory X-Error-*")
+        .note("headers added. Move to additive (recovery fields added to its JSON errors) once")
+        .note("`mendpoint gaps` shows nothing you have not named.")
+        .add("mode", "headers")
+        .note("The failures only a shipped fallback named, for `mendpoint suggest --from DIR`.")
+        .add("capture", capture)
         .note("review: methods safe to repeat; a rule may call a failure retryable only on these.")
         .add("idempotent_methods", list(DEFAULT_IDEMPOTENT))
     )

@@ -1,21 +1,24 @@
-"""`mendpoint suggest`: draft rules from the failures no rule of yours names (docs/rules.md).
+"""`mendpoint suggest`: the failures no rule of yours names, grouped, and the ways a rule could
+match each group (docs/rules.md#drafts-from-traffic-capture-and-suggest).
 
 The failures come from a capture directory (a route's `capture:`) or from a running
-gateway's `/gaps`. They are grouped by the signature `gaps` uses (route, status and the
-message with its variable parts masked); each group becomes a draft rule that matches its
-status, a path glob common to its samples and the stable part of its message (the variable
-parts become named captures), checked against every sample, plus fixtures made from the
-samples, so `mendpoint test` passes on the drafts as written.
+gateway's `/gaps`, whose every signature keeps one redacted sample: real requests and bodies
+either way, never a body made up from a signature. They are grouped by the code the body
+states, else by the signature `gaps` uses (route, status and the words with their variable
+parts masked). Each group gets its candidate drafts, most specific first: on the stated code,
+on the words at the JSON path that holds them, on the words in the raw body, on status and
+path alone. Which candidate is offered is decided by trying them (gateway.offline.draft_check);
+how a draft is written, by gateway.offline.draft_file.
 
-Drafts are advice for a human: never retryable, never a `fix_command`, and a `review:`
-comment on every guess. A group whose shipped rule says retryable is left to it.
+Drafts are advice for a human: never retryable, never a `fix_command`.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import regex
@@ -24,22 +27,24 @@ from gateway.classify.templates import message_at
 from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.models import DEFAULT_MESSAGE_PATHS
 from gateway.failure import Category
-from gateway.feedback.signatures import VARIABLE_MASKS, normalise
-from gateway.offline.starter import (
-    FIX_REQUIRED,
-    TRANSIENT,
-    ExampleCode,
-    category_for,
-    stated_code,
-    upper_snake,
-)
-from gateway.offline.yaml_writer import Comment, Mapping, Noted, Sequence, block, emit
+from gateway.feedback.signatures import VARIABLE_MASKS, GapSample, normalise
+from gateway.offline.starter import ExampleCode, category_for, stated_code, upper_snake
 
 MAX_SAMPLES = 3
+"""Samples a draft keeps as its fixtures."""
 # The variable parts `signatures.normalise` masks, as one pattern that captures them.
 VARIABLE = regex.compile("|".join(pattern.pattern for pattern, _ in VARIABLE_MASKS))
 MASKED = tuple({mask for _, mask in VARIABLE_MASKS})
-MESSAGE_PATHS = tuple(parse_json_path(path) for path in DEFAULT_MESSAGE_PATHS)
+DEFAULT_PATHS = tuple(parse_json_path(path) for path in DEFAULT_MESSAGE_PATHS)
+# A key whose name says it holds words (`errorMessage`, `error_msg`, `reason`), plain enough
+# to be a path of its own.
+WORDS_KEY = regex.compile(r"(?i)^[a-z_][a-z0-9_]*(?:message|msg|detail|description|reason)$")
+
+
+ID_SEGMENT = regex.compile(
+    r"\d+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}|[\w.+-]+@[\w-]+\.[\w.-]+"
+)
 
 
 @dataclass
@@ -51,6 +56,10 @@ class Sample:
     content_type: str
     body: str
     message: str
+    headers: dict[str, str] = field(default_factory=dict)
+    """The other response headers kept (Retry-After, WWW-Authenticate), redacted."""
+    count: int = 1
+    """The failures this sample stands for: a /gaps signature's count, 1 for a capture."""
 
 
 @dataclass
@@ -68,6 +77,29 @@ class Draft:
     samples: list[Sample] = field(default_factory=list)
     count: int = 0
     notes: list[str] = field(default_factory=list)
+    how: str = "status and path"
+    """What the draft matches on, for the reader: "the body's errorCode", "the words at
+    message", "the words in the body", or "status and path"."""
+    checked: list[Sample] = field(default_factory=list)
+    """Every sample of its group (up to a bound): what the draft must win."""
+
+
+@dataclass
+class Group:
+    """Failures of one route and status with one stated code, or one signature."""
+
+    route: str
+    status: int
+    signature: str
+    samples: list[Sample]
+    stated: ExampleCode | None
+
+    @property
+    def count(self) -> int:
+        return sum(s.count for s in self.samples)
+
+    def describe(self) -> str:
+        return f"{self.route} {self.status} {self.signature!r} ({self.count} failures)"
 
 
 def samples_from_captures(captures: list[dict[str, Any]]) -> tuple[list[Sample], list[str]]:
@@ -82,123 +114,157 @@ def samples_from_captures(captures: list[dict[str, Any]]) -> tuple[list[Sample],
         if not isinstance(status, int):
             notes.append(f"transport failure {response.get('transport')}: no body to draft from")
             continue
-        headers = {k.lower(): v for k, v in response.get("headers", {}).items()}
+        headers = {str(k): str(v) for k, v in response.get("headers", {}).items()}
         found.append(
-            Sample(
-                route=str(capture.get("route", "")),
-                method=str(capture.get("request", {}).get("method", "GET")),
-                path=str(capture.get("request", {}).get("path", "/")),
-                status=status,
-                content_type=str(headers.get("content-type", "")),
-                body=str(response.get("body", "")),
-                message=str(classified.get("message", "")),
+            _sample(
+                str(capture.get("route", "")),
+                str(capture.get("request", {}).get("method", "GET")),
+                str(capture.get("request", {}).get("path", "/")),
+                status,
+                headers,
+                str(response.get("body", "")),
+                str(classified.get("message", "")),
             )
         )
     return found, notes
 
 
-def sample_from_signature(route: str, status: int, signature: str) -> Sample:
-    """A /gaps signature as a sample: its masked message is all there is (no body or path)."""
-    return Sample(route, "GET", "/", status, "", signature, signature)
+def sample_from_gap(route: str, count: int, gap: GapSample) -> Sample | None:
+    """A /gaps signature's sample, standing for its `count` failures (None for a transport
+    fault: no body to draft from)."""
+    if gap.status is None:
+        return None
+    sample = _sample(
+        route, gap.method, gap.path, gap.status, dict(gap.headers), gap.body, gap.message
+    )
+    sample.count = count
+    return sample
 
 
-def drafts_from(samples: list[Sample]) -> tuple[list[Draft], list[str]]:
-    # A code the upstream states names a group better than its words do: two registry tags
-    # that are both MANIFEST_UNKNOWN are one failure. Otherwise the `gaps` signature.
-    groups: dict[tuple[str, int, str], list[Sample]] = defaultdict(list)
+def _sample(
+    route: str,
+    method: str,
+    path: str,
+    status: int,
+    headers: dict[str, str],
+    body: str,
+    message: str,
+) -> Sample:
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    others = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    return Sample(route, method, path, status, content_type, body, message, others)
+
+
+def message_paths(configured: Sequence[str] = ()) -> tuple[JsonPath, ...]:
+    """The paths the running config reads words at (`extra_message_paths` first), or the
+    defaults."""
+    return tuple(parse_json_path(p) for p in configured) or DEFAULT_PATHS
+
+
+def groups_of(samples: list[Sample], paths: tuple[JsonPath, ...] = DEFAULT_PATHS) -> list[Group]:
+    """A code the upstream states names a group better than its words do: two registry tags
+    that are both MANIFEST_UNKNOWN are one failure. Otherwise the `gaps` signature of the
+    words (`words`)."""
+    grouped: dict[tuple[str, int, str], list[Sample]] = defaultdict(list)
     stated: dict[tuple[str, int, str], ExampleCode] = {}
     for sample in samples:
-        code = stated_code(_json(sample.body))
-        signature = f"code {code.json_path} {code.value}" if code else normalise(sample.message)
+        code = stated_code(json_of(sample.body))
+        signature = (
+            f"code {code.json_path} {code.value}" if code else normalise(words(sample, paths)[1])
+        )
         key = (sample.route, sample.status, signature)
-        groups[key].append(sample)
+        grouped[key].append(sample)
         if code is not None:
             stated[key] = code
-    drafts: list[Draft] = []
-    notes: list[str] = []
-    codes: set[str] = set()
-    for (route, status, signature), group in sorted(groups.items()):
-        category = category_for(status)
-        if category in TRANSIENT:
-            notes.append(
-                f"{route} {status} {signature!r} ({len(group)} failures): left to the shipped "
-                "rule, which calls it retryable; a draft never does"
-            )
-            continue
-        code = stated.get((route, status, signature))
-        try:
-            drafts.append(_draft(route, status, category, signature, group, codes, code))
-        except TimeoutError:
-            notes.append(
-                f"{route} {status} {signature!r} ({len(group)} failures): no draft; its "
-                "pattern took too long to check against a sample (write this one by hand)"
-            )
-    return drafts, notes
+    return [
+        Group(route, status, signature, group, stated.get((route, status, signature)))
+        for (route, status, signature), group in sorted(grouped.items())
+    ]
 
 
-def _draft(
-    route: str,
-    status: int,
-    category: Category,
-    signature: str,
-    group: list[Sample],
-    codes: set[str],
-    stated: ExampleCode | None,
-) -> Draft:
-    notes: list[str] = []
-    json_path: str | None
-    pattern: str | None
-    if stated is not None:
-        # Matched on the upstream's own code, whatever the words say.
-        code = _unique(stated.code, codes)
-        code_source = f"the body's {stated.json_path} field"
-        json_path, pattern = stated.json_path, "^" + _escape(stated.value) + "$"
+def words(sample: Sample, paths: tuple[JsonPath, ...]) -> tuple[str | None, str]:
+    """Where a sample's words are and what they say: at the first message path that holds
+    them whole, else under a key whose name says it holds words but no path reads
+    (`unread_words`), else the message the fallback gave (an HTML heading, an XML
+    `<Message>`, a text body's first line, or the status phrase)."""
+    body = json_of(sample.body)
+    for path in paths:
+        found = _whole_message(path, body)
+        if found is not None:
+            return path.text, found
+    unread = unread_words(body)
+    if unread is not None:
+        return unread
+    return None, sample.message
+
+
+def unread_words(body: Any) -> tuple[str, str] | None:
+    """The key and words of a JSON object's member that holds words under a name no
+    default path reads (`{"errCode": 7, "errMsg": "…"}`): what `extra_message_paths`
+    would read."""
+    if not isinstance(body, dict):
+        return None
+    for key, value in body.items():
+        if isinstance(value, str) and value.strip() and WORDS_KEY.match(key):
+            return key, value.strip()
+    return None
+
+
+def candidates(group: Group, paths: tuple[JsonPath, ...], taken: set[str]) -> list[Draft]:
+    """The ways a rule could match `group`, most specific first, all under one id and code."""
+    route, status, samples = group.route, group.status, group.samples
+    code_source = "the message's stable words"
+    if group.stated is not None:
+        code, code_source = group.stated.code, f"the body's {group.stated.json_path} field"
     else:
-        code = _unique(_code(signature, status), codes)
-        code_source = "the message's stable words"
-        json_path = _message_path(group)
-        pattern = _pattern(group, json_path)
-    if pattern is None:
-        notes.append("no message common to every sample: matched on status and path only")
-    draft = Draft(
+        code = _code(words(samples[0], paths)[1], status)
+    code = _unique(code, taken)
+    base = Draft(
         id=f"draft-{route}-{status}-{code.lower().replace('_', '-')}"[:120],
         route=route,
         status=status,
-        category=category,
+        category=category_for(status),
         code=code,
         code_source=code_source,
-        path=common_glob([s.path for s in group]),
-        methods=sorted({s.method for s in group}),
-        json_path=json_path if pattern is not None else None,
-        pattern=pattern,
-        samples=group[:MAX_SAMPLES],
-        count=len(group),
-        notes=notes,
+        path=common_glob([s.path for s in samples]),
+        methods=sorted({s.method for s in samples}),
+        json_path=None,
+        pattern=None,
+        samples=samples[:MAX_SAMPLES],
+        count=group.count,
+        checked=samples[:50],
     )
-    return draft
+    found: list[Draft] = []
+    if group.stated is not None:
+        value = "^" + _escape(group.stated.value) + "$"
+        how = f"the body's {group.stated.json_path}"
+        found.append(replace(base, json_path=group.stated.json_path, pattern=value, how=how))
+    note = "matched on status and path only: no words common to every sample could be matched"
+    try:
+        at = _message_path(samples, paths)
+        if at is not None:
+            pattern = _pattern([words(s, paths)[1] for s in samples], anchored=True)
+            if pattern is not None:
+                how = f"the words at {at}"
+                found.append(replace(base, json_path=at, pattern=pattern, how=how))
+        for text in _pieces(words(samples[0], paths)[1]):
+            pattern = _pattern([text], anchored=False, bodies=[s.body for s in samples])
+            if pattern is not None:
+                found.append(replace(base, pattern=pattern, how="the words in the body"))
+                break
+    except TimeoutError:  # a pattern too slow to check is one nobody should run on traffic
+        note = (
+            "matched on status and path only: the words' pattern took too long to check "
+            "against a sample (write a narrower one by hand)"
+        )
+    found.append(replace(base, notes=[note]))
+    return found
 
 
-def _code(signature: str, status: int) -> str:
-    stable = signature
-    for mask in MASKED:
-        stable = stable.replace(mask, " ")
-    return upper_snake(stable)[:48].rstrip("_") or f"HTTP_{status}"
-
-
-def _unique(code: str, taken: set[str]) -> str:
-    unique, n = code, 2
-    while unique in taken:
-        unique, n = f"{code}_{n}", n + 1
-    taken.add(unique)
-    return unique
-
-
-def _message_path(group: list[Sample]) -> str | None:
-    """The JSON path that holds the message in every sample's body, if there is one."""
-    for path in MESSAGE_PATHS:
-        if all(_whole_message(path, _json(s.body)) == s.message for s in group):
-            return path.text
-    return None
+def _message_path(samples: list[Sample], paths: tuple[JsonPath, ...]) -> str | None:
+    """The JSON path that holds the words in every sample's body, if one does."""
+    where = {words(s, paths)[0] for s in samples}
+    return where.pop() if len(where) == 1 else None
 
 
 def _whole_message(path: JsonPath, body: Any) -> str | None:
@@ -215,9 +281,17 @@ def _whole_message(path: JsonPath, body: Any) -> str | None:
     )
 
 
-def _pattern(group: list[Sample], json_path: str | None) -> str | None:
-    """A regex over the message (or the raw body) that every sample matches."""
-    first = group[0].message
+def _pieces(text: str) -> list[str]:
+    """The words, then their parts (an HTML page's heading and paragraph are two), longest
+    first: a body regex needs text the raw body holds as it is."""
+    parts = [p.strip() for p in regex.split(r": |\n|\. ", text) if len(p.strip()) >= 8]
+    return [text, *sorted(set(parts) - {text}, key=len, reverse=True)] if text.strip() else []
+
+
+def _pattern(texts: list[str], *, anchored: bool, bodies: list[str] | None = None) -> str | None:
+    """A regex over the first text, its variable parts captures, that every text (or every
+    body, searched) matches."""
+    first = texts[0]
     if not first.strip():
         return None
     pieces, last = [], 0
@@ -226,16 +300,30 @@ def _pattern(group: list[Sample], json_path: str | None) -> str | None:
         pieces.append(f"(?P<v{n}>.+?)")
         last = match.end()
     pieces.append(_escape(first[last:]))
-    pattern = "^" + "".join(pieces) + "$" if json_path else "".join(pieces)
+    pattern = "^" + "".join(pieces) + "$" if anchored else "".join(pieces)
     try:
         compiled = regex.compile(pattern)
     except regex.error:
         return None
-    for sample in group:
-        target = sample.message if json_path else sample.body
+    for target in texts if bodies is None else bodies:  # TimeoutError: see `candidates`
         if not compiled.search(target, timeout=0.1):
             return None
     return pattern
+
+
+def _code(text: str, status: int) -> str:
+    stable = normalise(text)
+    for mask in MASKED:
+        stable = stable.replace(mask, " ")
+    return upper_snake(stable) or f"HTTP_{status}"
+
+
+def _unique(code: str, taken: set[str]) -> str:
+    unique, n = code, 2
+    while unique in taken:
+        unique, n = f"{code}_{n}", n + 1
+    taken.add(unique)
+    return unique
 
 
 def _escape(text: str) -> str:
@@ -245,9 +333,11 @@ def _escape(text: str) -> str:
 
 
 def common_glob(paths: list[str]) -> str:
-    """The narrowest glob matching every path: differing segments become `*`, differing
-    lengths `**`. A trailing slash is part of the path (`/v2/` is not `/v2`: the OCI
-    registry's base endpoint is `/v2/`), so it is kept when every path has it."""
+    """The narrowest glob matching every path: differing segments become `*`, and so does a
+    segment that is an id (a number, a UUID, a long hex string, an email: one sample of
+    `/accounts/42` stands for `/accounts/*`), differing lengths `**`. A trailing slash is
+    part of the path (`/v2/` is not `/v2`: the OCI registry's base endpoint is `/v2/`), so it
+    is kept when every path has it."""
     bare = [p.split("?")[0] for p in paths]
     split = [p.strip("/").split("/") for p in bare]
     if len({len(s) for s in split}) > 1:
@@ -257,91 +347,19 @@ def common_glob(paths: list[str]) -> str:
                 break
             prefix.append(parts[0])
         return "/" + "/".join([*prefix, "**"]) if prefix else "/**"
-    segments = [parts[0] if len(set(parts)) == 1 else "*" for parts in zip(*split, strict=True)]
+    segments = [
+        parts[0] if len(set(parts)) == 1 and not ID_SEGMENT.fullmatch(parts[0]) else "*"
+        for parts in zip(*split, strict=True)
+    ]
     glob = "/" + "/".join(segments)
     if glob != "/" and all(p.endswith("/") for p in bare):
         glob += "/"
     return glob
 
 
-def _json(body: str) -> Any:
+def json_of(body: str) -> Any:
+    """A sample's body as JSON, or None."""
     try:
         return json.loads(body)
     except ValueError:
         return None
-
-
-def render_rules(drafts: list[Draft], notes: list[str], source: str) -> str:
-    """The drafts as a rule file, through `yaml_writer`: paths, messages and route names come
-    from traffic or a fleet store, and none of them may add to the file (docs/security.md)."""
-    header = (
-        f"Draft rules written by `mendpoint suggest --from {source}`.",
-        "Each one names a group of failures that only a shipped fallback classified. Review",
-        "every `review:` line, then include this file in your config (`include: [THIS_FILE]`)",
-        "and run `mendpoint test` on the fixtures beside it before you roll out.",
-        *(f"not a draft: {note}" for note in notes),
-    )
-    rules = Sequence()
-    for draft in drafts:
-        example = draft.samples[0]
-        rules.items += [
-            Comment(
-                f"{draft.count} failure(s), e.g. {example.method} {example.path} → "
-                f"{draft.status} {json.dumps(example.message[:120], ensure_ascii=False)}"
-            ),
-            *(Comment(f"review: {note}") for note in draft.notes),
-            Mapping().add("id", draft.id).add("match", _match(draft)).add("error", _error(draft)),
-        ]
-    return emit(Mapping().add("rules", rules), header)
-
-
-def _match(draft: Draft) -> Mapping:
-    match = (
-        Mapping()
-        .add("routes", [draft.route])
-        .add("status", [draft.status])
-        .add("path", Noted(draft.path, "review: the samples' common path"))
-    )
-    if draft.pattern is not None and draft.json_path is not None:
-        match.add("json", {"path": draft.json_path, "regex": draft.pattern})
-    elif draft.pattern is not None:
-        match.add("body", draft.pattern)
-    return match
-
-
-def _error(draft: Draft) -> Mapping:
-    error = (
-        Mapping()
-        .add("code", Noted(draft.code, f"review: from {draft.code_source}"))
-        .add("category", draft.category.value)
-    )
-    if draft.category in FIX_REQUIRED:
-        error.note("review: caller-correctable; say what must change, as precisely as you can")
-        error.add("fix_required", FIX_REQUIRED[draft.category])
-    else:
-        error.note("review: terminal (neither retryable nor fixable by the caller)")
-    return error
-
-
-def render_fixtures(drafts: list[Draft], rules_file: str) -> str:
-    """The drafts' fixture file, through `yaml_writer` as the rules are."""
-    header = (f"Fixtures for {rules_file}, made from the captured samples by `mendpoint suggest`.",)
-    return emit(Mapping().add("cases", block(fixture_cases(drafts))), header)
-
-
-def fixture_cases(drafts: list[Draft]) -> list[dict[str, Any]]:
-    cases = []
-    for draft in drafts:
-        for index, sample in enumerate(draft.samples):
-            response: dict[str, Any] = {"status": sample.status, "body": sample.body}
-            if sample.content_type:
-                response["content_type"] = sample.content_type
-            cases.append(
-                {
-                    "name": f"{draft.id}-sample-{index + 1}",
-                    "request": {"method": sample.method, "path": sample.path},
-                    "response": response,
-                    "expect": {"rule": draft.id, "code": draft.code},
-                }
-            )
-    return cases

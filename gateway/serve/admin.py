@@ -1,4 +1,5 @@
-"""The admin listener: /metrics, /healthz, /readyz, /gaps, /followups and /config, on its own port.
+"""The admin listener: /metrics, /healthz, /readyz, /gaps (and `POST /gaps/reset`),
+/followups and /config, on its own port.
 
 Kept off the data-path port so probes and scrapes never compete with, or get routed like,
 client traffic, and so it can stay loopback-only while the gateway port is public. Where it
@@ -31,14 +32,27 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TokenError, read_tokens
 from gateway.feedback.followups import FollowupBook, rank
 from gateway.feedback.shared import SharedTracking
-from gateway.feedback.signatures import Signature, SignatureBook
+from gateway.feedback.signatures import (
+    DEFAULT_WINDOW_S,
+    MAX_WINDOW_S,
+    Gap,
+    SignatureBook,
+)
 from gateway.feedback.store import StoreDown
 from gateway.fence.aiohttp_private import Handler, Middleware
+from gateway.offline.coverage import Coverage
 from gateway.resolve.auth import TokenFile
 from gateway.serve.admin_guard import OPEN_PATHS, rebinding_guard
-from gateway.serve.console.pages import LOGIN, ConsoleSources, add_console, guard, is_console
-from gateway.serve.console.pages import presented_token as console_token
+from gateway.serve.console.pages import (
+    LOGIN,
+    ConsoleSources,
+    add_console,
+    console_refusal,
+    guard,
+    is_console,
+)
 from gateway.serve.console.pages import refused as console_refused
+from gateway.serve.console.sessions import ConsoleSessions
 from gateway.serve.console.window import RecentCounts, Samples
 from gateway.serve.listeners import is_loopback
 from gateway.telemetry.metrics import (
@@ -51,11 +65,15 @@ from gateway.telemetry.metrics import (
 log = logging.getLogger("mendpoint")
 
 ReadyCheck = Callable[[], bool]
-Ranked = Sequence[tuple[Signature, int]]
+Ranked = Sequence[Gap]
 Scope = dict[str, object]
 """Whose figures an answer holds: {"scope": "fleet"|"workers"|"process", ...} and, while a
 configured store is down, why the figures are this process's alone."""
-GapsSource = Callable[[int], Awaitable[tuple[Ranked, Scope]]]
+GapsSource = Callable[[int, float], Awaitable[tuple[Ranked, Scope]]]
+"""The top gaps (at most the first argument) with failures inside the window (the second,
+in seconds), and their scope."""
+GapsReset = Callable[[], Awaitable[Scope]]
+"""Start the gaps' counts afresh; the scope says whose were reset."""
 Details = Callable[[], dict[str, object]]
 FollowupTable = tuple[float, list[dict[str, object]], Scope]
 """The window in seconds, the ranked rows (gateway.feedback.followups.rank) and their scope."""
@@ -68,6 +86,10 @@ FOLLOWUPS: web.AppKey[FollowupsSource | None] = web.AppKey("mendpoint_followup_t
 ConfigStatus = Callable[[], dict[str, Any]]
 """`GET /config`'s answer (gateway.config.watch.ConfigRecord.to_json), for the console too."""
 CONFIG_STATUS: web.AppKey[ConfigStatus | None] = web.AppKey("mendpoint_config_status")
+GAPS_RESET: web.AppKey[GapsReset | None] = web.AppKey("mendpoint_gaps_reset")
+RUNNING: web.AppKey[Callable[[], LoadedConfig] | None] = web.AppKey("mendpoint_running_config")
+COVERAGE: web.AppKey[Coverage] = web.AppKey("mendpoint_gaps_coverage")
+TOKENS: web.AppKey[TokenFile | None] = web.AppKey("mendpoint_admin_tokens")
 MAX_GAPS = 200
 
 
@@ -84,22 +106,32 @@ def build_admin_app(
     config_status: ConfigStatus | None = None,
     counters: Samples | None = None,
     hosts: Collection[str] = (),
+    reset: GapsReset | None = None,
 ) -> web.Application:
-    """`signatures` is this process's book, or a function ranking gaps from elsewhere;
-    `details` adds fields (the supervisor's worker list) to the /readyz answer; `tokens`, the
-    bearer tokens every path but the probes' requires; without them, only a `Host` that is an
-    address or one of `hosts` is answered (gateway.serve.admin_guard); `shared`, the fleet
-    store the books count in, which answers while it is up. With `config` (the running
-    config) the console is served at /ui, its figures read from `counters` (by default this
+    """`signatures` is this process's book, or a function ranking gaps from elsewhere (and
+    `reset`, what starts them afresh); `details` adds fields (the supervisor's worker list)
+    to the /readyz answer; `tokens`, the bearer tokens every path but the probes' requires;
+    without them, only a `Host` that is an address or one of `hosts` is answered
+    (gateway.serve.admin_guard); `shared`, the fleet store the books count in, which answers
+    while it is up. With `config` (the running config) each gap says which rule now covers
+    it, and the console is served at /ui, its figures read from `counters` (by default this
     process's own); with `config_status`, /config answers it."""
-    middlewares = [rebinding_guard(hosts) if tokens is None else _token_required(tokens)]
+    sessions = None if tokens is None else ConsoleSessions(tokens)
+    middlewares = [
+        rebinding_guard(hosts) if sessions is None else _token_required(sessions.tokens, sessions)
+    ]
     if config is not None:
         middlewares.insert(0, guard())
     app = web.Application(middlewares=middlewares)
     app[READY_CHECK] = is_ready
-    app[GAPS] = (
-        local_gaps(signatures, shared) if isinstance(signatures, SignatureBook) else signatures
-    )
+    if isinstance(signatures, SignatureBook):
+        app[GAPS] = local_gaps(signatures, shared)
+        app[GAPS_RESET] = local_reset(signatures, shared)
+    else:
+        app[GAPS], app[GAPS_RESET] = signatures, reset
+    app[RUNNING] = config
+    app[COVERAGE] = Coverage()
+    app[TOKENS] = tokens
     app[METRICS] = metrics
     app[DETAILS] = details
     app[FOLLOWUPS] = (
@@ -110,11 +142,13 @@ def build_admin_app(
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/gaps", _gaps)
+    app.router.add_post("/gaps/reset", _reset_gaps)
     app.router.add_get("/followups", _followups)
     app.router.add_get("/config", _config)
     if config is not None:
         counts = RecentCounts(counters or console_samples())
-        add_console(app, ConsoleSources(config, app[GAPS], app[FOLLOWUPS], counts, tokens))
+        sources = ConsoleSources(config, app[GAPS], app[FOLLOWUPS], counts, tokens, sessions)
+        add_console(app, sources)
     return app
 
 
@@ -125,7 +159,7 @@ NEEDS_TOKEN = (
 )
 
 
-def _token_required(tokens: TokenFile) -> Middleware:
+def _token_required(tokens: TokenFile, sessions: ConsoleSessions) -> Middleware:
     """Every path but the probes' needs `Authorization: Bearer TOKEN`, a new one included:
     /metrics names routes, rules and traffic, /gaps the upstreams' (redacted) messages."""
 
@@ -133,10 +167,11 @@ def _token_required(tokens: TokenFile) -> Middleware:
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in OPEN_PATHS and not _signing_in(request):
             console = is_console(request.path)
-            authorization = (
-                console_token(request) if console else request.headers.get(hdrs.AUTHORIZATION)
+            reason = (
+                console_refusal(request, tokens, sessions)
+                if console
+                else tokens.check(request.headers.get(hdrs.AUTHORIZATION))
             )
-            reason = tokens.check(authorization)
             if reason is not None:
                 ADMIN_AUTH_FAILURES.labels(reason=reason).inc()
                 if console:
@@ -199,16 +234,32 @@ def local_followups(book: FollowupBook, shared: SharedTracking | None = None) ->
 
 
 def local_gaps(book: SignatureBook, shared: SharedTracking | None = None) -> GapsSource:
-    async def top(limit: int) -> tuple[Ranked, Scope]:
+    async def top(limit: int, window_s: float) -> tuple[Ranked, Scope]:
         scope = PROCESS
         if shared is not None:
             try:
-                return await shared.gaps(limit), FLEET
+                return await shared.gaps(limit, window_s), FLEET
             except StoreDown as exc:
                 scope = store_down(str(exc))
-        return book.top(limit), scope
+        return book.top(limit, window_s), scope
 
     return top
+
+
+def local_reset(book: SignatureBook, shared: SharedTracking | None = None) -> GapsReset:
+    """This process's book reset, and the fleet's table too while the store answers."""
+
+    async def reset() -> Scope:
+        book.reset()
+        if shared is not None:
+            try:
+                await shared.reset_gaps()
+            except StoreDown as exc:
+                return store_down(str(exc))
+            return FLEET
+        return PROCESS
+
+    return reset
 
 
 FLEET: Scope = {"scope": "fleet", "store": "redis"}
@@ -234,20 +285,78 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _gaps(request: web.Request) -> web.Response:
-    """The top unmatched-error signatures, most frequent first (`?limit=N`, default 20)."""
+    """The top unmatched-error signatures with failures inside the window, most frequent
+    first (`?limit=N`, default 20; `?window_s=S`, default 900, at most three hours); those a
+    rule now covers listed after the others (docs/operations.md#gaps)."""
     try:
         limit = max(1, min(MAX_GAPS, int(request.query.get("limit", "20"))))
     except ValueError:
         return web.json_response({"error": "limit must be an integer"}, status=400)
-    top, scope = await request.app[GAPS](limit)
-    payload = [
-        {"route": s.route, "status": s.status, "signature": s.text, "count": count}
-        for s, count in top
-    ]
+    window_s = window_of(request.query.get("window_s"))
+    if window_s is None:
+        return web.json_response(
+            {"error": f"window_s must be a number of seconds from 1 to {MAX_WINDOW_S}"},
+            status=400,
+        )
+    top, scope = await request.app[GAPS](limit, window_s)
+    rows = await gap_rows(top, request.app[RUNNING], request.app[COVERAGE])
+    answer = {"window_s": window_s, "signatures": rows, **scope}
     return web.Response(
-        body=json.dumps({"signatures": payload, **scope}, ensure_ascii=False).encode(),
-        content_type="application/json",
+        body=json.dumps(answer, ensure_ascii=False).encode(), content_type="application/json"
     )
+
+
+def window_of(text: str | None) -> int | None:
+    """`?window_s=`: whole seconds from 1 to MAX_WINDOW_S (the default when absent)."""
+    if text is None:
+        return DEFAULT_WINDOW_S
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not 1 <= value <= MAX_WINDOW_S:
+        return None
+    return round(value)
+
+
+async def gap_rows(
+    top: Ranked, running: Callable[[], LoadedConfig] | None, coverage: Coverage
+) -> list[dict[str, object]]:
+    """/gaps's rows: each signature, its count in the window, the rule that now covers it
+    (`covered_by`, null while none does) and its redacted sample; covered ones last."""
+    rows: list[dict[str, object]] = []
+    loaded = running() if running is not None else None
+    for gap in top:
+        covered = None if loaded is None else await coverage.covered_by(loaded, gap)
+        rows.append(
+            {
+                "route": gap.signature.route,
+                "status": gap.signature.status,
+                "signature": gap.signature.text,
+                "count": gap.count,
+                "covered_by": covered,
+                "sample": None if gap.sample is None else gap.sample.record(),
+            }
+        )
+    rows.sort(key=lambda row: row["covered_by"] is not None)  # stable: by count within each
+    return rows
+
+
+RESET_NEEDS_TOKEN = (
+    "POST /gaps/reset needs the admin token: set admin_token_file "
+    "(docs/security.md#admin-authentication); without one any web page could reset the counts"
+)
+
+
+async def _reset_gaps(request: web.Request) -> web.Response:
+    """Start the gaps' counts afresh (the token was checked by the middleware)."""
+    reset = request.app[GAPS_RESET]
+    if request.app[TOKENS] is None:
+        return web.json_response({"error": RESET_NEEDS_TOKEN}, status=403)
+    if reset is None:
+        return web.json_response({"error": "resetting gaps is not available here"}, status=404)
+    scope = await reset()
+    return web.json_response({"reset": True, **scope})
 
 
 async def _followups(request: web.Request) -> web.Response:
@@ -293,11 +402,11 @@ def admin_token(path: str | None) -> str | None:
         raise AdminError(str(exc)) from None
 
 
-def admin_get(admin: str, path: str, token: str | None) -> object:
+def admin_get(admin: str, path: str, token: str | None, method: str = "GET") -> object:
     """The JSON an admin endpoint answers, `admin` a URL or HOST:PORT (AdminError)."""
     base = admin if "://" in admin else f"http://{admin}"
     url = f"{base.rstrip('/')}{path}"
-    request = urllib.request.Request(url)
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -311,6 +420,15 @@ def admin_get(admin: str, path: str, token: str | None) -> object:
                 else f"it needs the admin token: give --token-file FILE or {ADMIN_TOKEN_ENV}"
             )
             raise AdminError(f"{url} answered 401: {what}") from None
-        raise AdminError(f"cannot read {url}: {exc}") from None
+        raise AdminError(f"cannot read {url}: {_reason(exc)}") from None
     except (OSError, ValueError) as exc:
         raise AdminError(f"cannot read {url}: {exc}") from None
+
+
+def _reason(error: urllib.error.HTTPError) -> str:
+    """An admin endpoint's refusal, with the reason its JSON body gives."""
+    try:
+        said = json.loads(error.read()).get("error")
+    except (ValueError, AttributeError, OSError):
+        said = None
+    return f"{error}: {said}" if isinstance(said, str) else str(error)

@@ -269,6 +269,8 @@ class GatewayServer:
         holder.current = state
         config = state.exchange.config
         self.followups.configure(config.followups)
+        if self.shared is not None:  # the routes another replica's events may name
+            self.shared.routes = frozenset(route.name for route in config.routes)
         set_access_log(config.log.access)
         self.record.loaded(state.exchange.loaded)
         RELOADS.labels(result="success").inc()

@@ -62,7 +62,7 @@ def observers(
     declared: list[FailureObserver] = [AccessNotes(), FailureMetrics()]
     if capturing:
         declared.append(CaptureObserver(capturing, captures, redactor))
-    declared.append(SignatureObserver(signatures))
+    declared.append(SignatureObserver(signatures, redactor))
     return tuple(declared)
 
 

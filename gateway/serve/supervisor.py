@@ -8,17 +8,16 @@ listener (the workers open none):
 
 - /metrics sums every worker's metrics. Each worker writes them to files in a private
   directory (`observe.MULTIPROC_DIR_ENV`), and `observe.WorkerMetrics` reads them all.
-- /readyz answers 200 only while every worker is ready and nothing is draining, and lists the
-  workers. /gaps and /followups join every worker's table, asked over each link.
+- /readyz answers 200 only while every worker is ready and nothing is draining; /gaps and
+  /followups join every worker's table, asked over each link.
 - /ui, the console, reads the same sums and the config, which the supervisor reloads as the
   workers do (docs/operations.md#console).
 
-Signals:
-
-- SIGHUP is forwarded to every worker, and each reloads as a single gateway does. A worker
-  that has not finished starting gets the signal once it is ready.
-- SIGTERM and SIGINT are forwarded. The supervisor waits for every worker to drain, then
-  exits 0 (1 if one had to be killed).
+It also counts every worker's bridge sessions against the routes' bounds
+(gateway.mcp.session_ledger). Signals: SIGHUP is forwarded to every worker (one not yet ready
+gets it once it is), and each reloads as a single gateway does; SIGTERM and SIGINT are
+forwarded, and the supervisor waits for every worker to drain, then exits 0 (1 if one had to
+be killed).
 
 A worker that exits unexpectedly is started again, after a back-off that doubles from 0.5 s
 to 30 s while the worker keeps dying within 10 s of its start. A failure during start-up (bad
@@ -48,17 +47,15 @@ from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
 from gateway.config.watch import ConfigRecord, ConfigWatcher, reloaded_config
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
+from gateway.mcp.session_ledger import Ledger, answer_claim
 from gateway.serve import listeners, process_tuning
 from gateway.serve.admin import (
-    FollowupTable,
-    Ranked,
-    Scope,
     admin_tokens,
     build_admin_app,
     warn_if_exposed,
 )
 from gateway.serve.worker_process import STABLE_S, Worker, backoff_s, describe_exit
-from gateway.serve.worker_tables import workers_details, workers_followups, workers_gaps
+from gateway.serve.worker_tables import WorkerTables, workers_details
 from gateway.serve.workers import LINK_LIMIT, MetricsDir, format_host_port, reserve
 from gateway.telemetry.metrics import samples_of
 from gateway.telemetry.multiprocess import (
@@ -108,11 +105,13 @@ class Supervisor:
         self._stop_signal = signal.SIGTERM
         self._stopped = asyncio.Event()
         self._ids = itertools.count(1)
+        self.tables = WorkerTables(self._ask_all)  # the admin's /gaps, its reset, /followups
         self._env: dict[str, str] = {}
         self._metrics_path = ""
         self.address = listen
         self.admin_address: tuple[str, int] | None = None
         self.metrics = SupervisorMetrics()
+        self.sessions = Ledger()  # every worker's bridge sessions
 
     @property
     def ready(self) -> bool:
@@ -175,15 +174,16 @@ class Supervisor:
         warn_if_exposed(host, tokens)
         app = build_admin_app(
             lambda: self.ready,
-            self.gaps,
+            self.tables.gaps,
             metrics=worker_exposition(metrics_path, lambda: self.ready, self.metrics),
             details=self.details,
-            followups=self.followups,
+            followups=self.tables.followups,
             tokens=tokens,
             hosts=self.loaded.config.admin_hosts,
             config=lambda: self.loaded,
             config_status=self.record.to_json,
             counters=samples_of(WorkerCounters(metrics_path)),
+            reset=self.tables.reset_gaps,
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -278,6 +278,7 @@ class Supervisor:
                     ask.set_result([])
             if self._workers.get(index) is worker:
                 del self._workers[index]
+            self.sessions.forget(worker.pid)  # its sessions ended with it
             try:
                 retire_worker(self._metrics_path, worker.pid)
             except OSError as exc:
@@ -308,14 +309,15 @@ class Supervisor:
                     self._on_ready(worker, message["ready"] is True)
                 if "followup" in message:
                     self._share_followup(worker, message["followup"])
+                if (answer := answer_claim(self.sessions, worker.pid, message)) is not None:
+                    worker.send(answer)
                 ask_id = message.get("id")
                 ask = worker.asks.pop(ask_id, None) if isinstance(ask_id, int) else None
                 if ask is not None and not ask.done():
                     ask.set_result(message)
 
     def _share_followup(self, origin: Worker, event: object) -> None:
-        """An open or settled failure in one worker, replicated to the others
-        (gateway.feedback.followups), so a follow-up is matched whichever worker receives it."""
+        """One worker's open or settled failure, to the others (gateway.feedback.followups)."""
         for worker in self._workers.values():
             if worker is not origin:
                 worker.send({"followup": event})
@@ -404,27 +406,17 @@ class Supervisor:
         """For /readyz: each worker's pid, readiness and restart count."""
         return workers_details(self._workers, self._restarts)
 
-    async def gaps(self, limit: int) -> tuple[Ranked, Scope]:
-        """Every worker's table, counts summed per signature (gateway.serve.worker_tables); a
-        worker that does not answer within `ASK_TIMEOUT_S` is left out (and logged)."""
-        answers = await asyncio.gather(
-            *(self._ask(w, "gaps") for w in self._workers.values() if w.attached)
-        )
-        return workers_gaps(answers, limit)
+    async def _ask_all(self, op: str, **arguments: object) -> list[dict[str, Any]]:
+        """One question to every attached worker (gateway.serve.worker_tables joins them)."""
+        asked = (self._ask(w, op, arguments) for w in self._workers.values() if w.attached)
+        return await asyncio.gather(*asked)
 
-    async def followups(self) -> FollowupTable:
-        """Every worker's follow-up rows, summed per route and code (gateway.feedback.followups)."""
-        answers = await asyncio.gather(
-            *(self._ask(w, "followups") for w in self._workers.values() if w.attached)
-        )
-        return workers_followups(answers)
-
-    async def _ask(self, worker: Worker, op: str) -> dict[str, Any]:
+    async def _ask(self, worker: Worker, op: str, arguments: dict[str, object]) -> dict[str, Any]:
         """One question to one worker; its answer, or {} when it gives none in time."""
         ask_id = next(self._ids)
         answer: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         worker.asks[ask_id] = answer
-        worker.send({"id": ask_id, "op": op})
+        worker.send({"id": ask_id, "op": op, **arguments})
         try:
             message = await asyncio.wait_for(answer, ASK_TIMEOUT_S)
         except TimeoutError:

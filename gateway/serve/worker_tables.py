@@ -8,13 +8,31 @@ N of them would count every outcome N times (docs/operations.md#fleet).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gateway.feedback.followups import merge
-from gateway.feedback.signatures import Signature
+from gateway.feedback.signatures import Gap, GapSample, Signature, ranked
 from gateway.serve.admin import FLEET, FollowupTable, Ranked, Scope
 from gateway.serve.worker_process import Worker
+
+
+class WorkerTables:
+    """The supervisor's /gaps, `POST /gaps/reset` and /followups: each question asked of
+    every worker (`ask_all`: a worker silent past its timeout is left out), answers joined."""
+
+    def __init__(self, ask_all: Callable[..., Awaitable[list[dict[str, Any]]]]) -> None:
+        self.ask_all = ask_all
+
+    async def gaps(self, limit: int, window_s: float) -> tuple[Ranked, Scope]:
+        answers = await self.ask_all("gaps", limit=limit, window_s=window_s)
+        return workers_gaps(answers, limit)
+
+    async def reset_gaps(self) -> Scope:
+        return workers_reset(await self.ask_all("gaps_reset"))
+
+    async def followups(self) -> FollowupTable:
+        return workers_followups(await self.ask_all("followups"))
 
 
 def workers_details(workers: Mapping[int, Worker], restarts: Sequence[int]) -> dict[str, object]:
@@ -35,7 +53,8 @@ def workers_details(workers: Mapping[int, Worker], restarts: Sequence[int]) -> d
 
 
 def workers_gaps(answers: list[dict[str, Any]], limit: int) -> tuple[Ranked, Scope]:
-    """Counts summed per signature, or the one fleet answer; ranked, at most `limit`."""
+    """Counts summed per signature (a sample kept from the first worker that has one), or
+    the one fleet answer; ranked, at most `limit`."""
     fleet = [a for a in answers if scope_of(a) == "fleet" and isinstance(a.get("gaps"), list)]
     tables = (
         [fleet[0]["gaps"]]
@@ -43,20 +62,30 @@ def workers_gaps(answers: list[dict[str, Any]], limit: int) -> tuple[Ranked, Sco
         else [a["gaps"] for a in answers if isinstance(a.get("gaps"), list)]
     )
     totals: dict[Signature, int] = {}
+    samples: dict[Signature, GapSample] = {}
     for rows in tables:
         for row in rows:
             if (
                 isinstance(row, list)
-                and len(row) == 4
+                and len(row) == 5
                 and all(isinstance(v, str) for v in row[:3])
                 and isinstance(row[3], int)
             ):
                 signature = Signature(row[0], row[1], row[2])
                 totals[signature] = totals.get(signature, 0) + row[3]
-    ranked = sorted(
-        totals.items(), key=lambda item: (-item[1], item[0].route, item[0].status, item[0].text)
-    )
-    return ranked[:limit], FLEET if fleet else workers_scope(answers)
+                sample = GapSample.from_record(row[4])
+                if sample is not None:
+                    samples.setdefault(signature, sample)
+    gaps = [Gap(s, count, samples.get(s)) for s, count in totals.items()]
+    return ranked(gaps, limit), FLEET if fleet else workers_scope(answers)
+
+
+def workers_reset(answers: list[dict[str, Any]]) -> Scope:
+    """The scope of a reset every worker made: the fleet's when any reached the store."""
+    scopes = [{"scope": a["reset"]} for a in answers if isinstance(a.get("reset"), dict)]
+    if any(scope_of(s) == "fleet" for s in scopes):
+        return FLEET
+    return workers_scope(scopes)
 
 
 def workers_followups(answers: list[dict[str, Any]]) -> FollowupTable:

@@ -6,13 +6,19 @@
   line, and its worker side (`WorkerLink`):
 
       worker -> supervisor   {"ready": true|false}          on attach and on every change
-                             {"id": N, "gaps": [[route, status, text, count], ...],
-                              "scope": {...}}
+                             {"id": N, "gaps": [[route, status, text, count, sample],
+                              ...], "scope": {...}}   sample: a GapSample's record, or null
+                             {"id": N, "reset": {...}}   its gaps reset: the scope
                              {"id": N, "followups": {"window_s": W, "rows": [...],
                               "scope": {...}}}   scope "fleet": the store's, not summed
                              {"followup": {"op": "open"|"close", ...}}  (feedback.followups)
-      supervisor -> worker   {"id": N, "op": "gaps"|"followups"}
+                             {"claim": {"n": N, "route": R, "holder": H, "holder_limit": L,
+                              "route_limit": M}}   a bridge session to start (session_ledger)
+                             {"release": {"route": R, "holder": H}}   one that ended
+      supervisor -> worker   {"id": N, "op": "gaps", "limit": L, "window_s": W}
+                             {"id": N, "op": "followups"|"gaps_reset"}
                              {"followup": ...}   another worker's, passed on to every other one
+                             {"claimed": {"n": N, "verdict": "granted"|"holder"|"route"}}
 
   End-of-file on the link tells a worker that its supervisor is gone, however it died: the
   worker stops at once (no drain delay; requests in flight still get `shutdown.grace_s`), so
@@ -43,15 +49,19 @@ from typing import Any, Literal
 
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import MAX_WORKERS
+from gateway.feedback.signatures import DEFAULT_WINDOW_S
 from gateway.feedback.store import StoreDown
-from gateway.serve.admin import FLEET, MAX_GAPS, PROCESS, local_gaps, store_down
+from gateway.mcp.session_ledger import WorkerLedger
+from gateway.mcp.sessions_state import MCP_RUNTIME
+from gateway.serve.admin import FLEET, MAX_GAPS, PROCESS, local_gaps, local_reset, store_down
 from gateway.serve.app import GatewayServer
 from gateway.serve.listeners import is_any_ipv6
 
 log = logging.getLogger("mendpoint.workers")
 
 WorkerCount = int | Literal["auto"]
-LINK_LIMIT = 4 << 20  # a full gaps table, escaped, is far below this
+LINK_LIMIT = 16 << 20
+"""A full gaps table with its samples (200 of 4 KiB), escaped, is below this."""
 METRICS_PREFIX = "mendpoint-metrics-"
 LOCK_NAME = "supervisor.lock"
 STALE_AFTER_S = 60.0
@@ -120,6 +130,7 @@ class WorkerLink:
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
         self._asked: set[asyncio.Task[None]] = set()
+        self._sessions = WorkerLedger(self._send)
 
     async def attach(self, server: GatewayServer, stop_now: Callable[[], None]) -> None:
         os.set_inheritable(self._fd, False)  # not into MCP bridge children
@@ -128,6 +139,7 @@ class WorkerLink:
         server.on_ready.append(self._report)
         self._report(server.ready)
         server.followups.publish = self._publish_followup
+        server.app[MCP_RUNTIME].bridges.counts = self._sessions  # counted by the supervisor
         self._task = asyncio.get_running_loop().create_task(self._serve(reader, server, stop_now))
 
     def _report(self, ready: bool) -> None:
@@ -155,7 +167,9 @@ class WorkerLink:
     def _answer(self, message: dict[str, Any], server: GatewayServer) -> None:
         if isinstance(message.get("followup"), dict):
             server.followups.apply(message["followup"])
-        elif message.get("op") in ("gaps", "followups"):
+        elif "claimed" in message:
+            self._sessions.answered(message["claimed"])
+        elif message.get("op") in ("gaps", "followups", "gaps_reset"):
             # With a fleet store the answer is the store's, read within fleet.timeout_ms.
             task = asyncio.get_running_loop().create_task(self._table(message, server))
             self._asked.add(task)
@@ -163,9 +177,26 @@ class WorkerLink:
 
     async def _table(self, message: dict[str, Any], server: GatewayServer) -> None:
         if message.get("op") == "gaps":
-            top, scope = await local_gaps(server.signatures, server.shared)(MAX_GAPS)
-            rows = [[s.route, s.status, s.text, count] for s, count in top]
+            limit, window_s = message.get("limit"), message.get("window_s")
+            top, scope = await local_gaps(server.signatures, server.shared)(
+                limit if isinstance(limit, int) else MAX_GAPS,
+                window_s if isinstance(window_s, int | float) else DEFAULT_WINDOW_S,
+            )
+            rows = [
+                [
+                    g.signature.route,
+                    g.signature.status,
+                    g.signature.text,
+                    g.count,
+                    None if g.sample is None else g.sample.record(),
+                ]
+                for g in top
+            ]
             self._send({"id": message.get("id"), "gaps": rows, "scope": scope})
+            return
+        if message.get("op") == "gaps_reset":
+            scope = await local_reset(server.signatures, server.shared)()
+            self._send({"id": message.get("id"), "reset": scope})
             return
         book = server.followups
         book.sweep()

@@ -192,6 +192,14 @@ STORE_DROPPED = Counter(
     "Store writes dropped unsent because fleet.queue_max were already waiting for the store",
     registry=REGISTRY,
 )
+FLEET_REJECTED = Counter(
+    "mendpoint_fleet_rejected_total",
+    "What another replica or the fleet store sent that was not applied: an event, a tally "
+    "field, a gap or a relay record not sealed with the fleet key, or of the wrong shape "
+    "(docs/security.md#fleet-store)",
+    ["what", "reason"],
+    registry=REGISTRY,
+)
 ACCESS_LOG_DROPPED = Counter(
     "mendpoint_access_log_dropped_total",
     "Access lines dropped because the access log's queue was full (the writer fell behind)",

@@ -206,8 +206,7 @@ def test_check_unknown_key(tmp_path: Path, cli: Run) -> None:
     code, out, err = cli("check", "--config", "bad.yaml")
     assert (code, out) == (1, "")
     assert err == (
-        "bad.yaml:11: rules[0].error.fix_comand: unknown key"
-        " (check the spelling; see the config reference)\n"
+        "bad.yaml:11: rules[0].error.fix_comand: unknown key: did you mean `fix_command`?\n"
     )
 
 
@@ -480,6 +479,46 @@ async def test_serve_proxies_and_exits_cleanly_on_sigterm(
     log_text = (tmp_path / "serve.log").read_text(encoding="utf-8", errors="replace")
     assert "Traceback" not in log_text
     assert f"mendpoint listening on {url}" in log_text
+
+
+async def test_serve_mode_sets_the_embedded_defaults_mode(
+    tmp_path: Path, start_upstream: StartUpstream
+) -> None:
+    """`serve --upstream URL --mode envelope`: the one route answers in that mode, over
+    MENDPOINT_MODE (docs/operations.md#the-command)."""
+    upstream = await start_upstream(await _upstream_app())
+    url = f"http://127.0.0.1:{free_port()}"
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "serve", "--upstream", upstream, "--mode", "envelope"),
+        *("--listen", url.removeprefix("http://"), "--admin", "off"),
+        cwd=tmp_path,
+        env={**ENV, "MENDPOINT_MODE": "headers"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await _wait_listening(url, process)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(url + "/widgets/1") as response,
+        ):
+            assert response.status == 404
+            body = await response.json()
+        assert body["ok"] is False and body["error"]["code"] == "NOT_FOUND"
+        assert body["meta"]["original"]["body"] == {"message": "no such widget"}
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.wait(), timeout=15)
+
+
+def test_serve_mode_is_for_the_embedded_default_only(config: Path, cli: Run) -> None:
+    code, _, err = cli("serve", "--config", str(config), "--mode", "envelope")
+    assert code == 2
+    assert err.startswith("mendpoint serve: --mode sets the embedded default's mode")
+    assert "set each route's mode: in it" in err
+    code, _, err = cli("serve", "--upstream", "http://127.0.0.1:9", "--mode", "loud")
+    assert code == 2 and "invalid choice: 'loud'" in err
 
 
 def test_serve_needs_a_config_or_an_upstream(tmp_path: Path) -> None:

@@ -54,7 +54,32 @@ class Bad:
 CASES: dict[str, Bad] = {
     # --- shape: unknown keys, enums, formats ------------------------------------------------
     "unknown-top-level-key": Bad(
-        HEAD + "listn: 127.0.0.1:8080\n", "gateway.yaml:4: listn", "unknown key"
+        HEAD + "listn: 127.0.0.1:8080\n", "gateway.yaml:4: listn", "did you mean `listen`?"
+    ),
+    "unknown-route-key": Bad(
+        HEAD + "    rollot: {percent: 10}\n",
+        "gateway.yaml:4: routes[0].rollot",
+        "unknown key: did you mean `rollout`?",
+    ),
+    "unknown-key-in-a-route-block": Bad(
+        HEAD + "    rollout: {percnt: 10}\n",
+        "gateway.yaml:4: routes[0].rollout.percnt",
+        "unknown key: did you mean `percent`?",
+    ),
+    "unknown-key-in-a-json-condition": Bad(
+        rule("{status: [400], json: {pth: error.code}}", "code: X", "category: NOT_FOUND"),
+        "gateway.yaml:6: rules[0].match.json.pth",
+        "unknown key: did you mean `path`?",
+    ),
+    "unknown-key-in-a-list-of-json-conditions": Bad(
+        rule("{status: [400], json: [{pth: error.code}]}", "code: X", "category: NOT_FOUND"),
+        "gateway.yaml:6: rules[0].match.json[0].pth",
+        "unknown key: did you mean `path`?",
+    ),
+    "unknown-key-nothing-near": Bad(
+        HEAD + "zzqx: 1\n",
+        "gateway.yaml:4: zzqx",
+        "unknown key (check the spelling; see the config reference)",
     ),
     "unknown-rule-key-typo": Bad(
         rule(
@@ -66,12 +91,12 @@ CASES: dict[str, Bad] = {
             after=COMMANDS,
         ),
         "gateway.yaml:11: rules[0].error.fix_comand",
-        "unknown key",
+        "unknown key: did you mean `fix_command`?",
     ),
     "unknown-match-key": Bad(
         rule("{status: [400], stauts: [401]}", "code: X", "category: VALIDATION_ERROR"),
         "gateway.yaml:6: rules[0].match.stauts",
-        "unknown key",
+        "unknown key: did you mean `status`?",
     ),
     "unknown-category": Bad(
         rule("{status: [400]}", "code: X", "category: BROKEN"),
@@ -487,7 +512,7 @@ CASES: dict[str, Bad] = {
     "pack-unknown-key": Bad(
         HEAD + "include: [pack.yaml]\n",
         "pack.yaml:2: rulez",
-        "unknown key",
+        "unknown key: did you mean `rules`?",
         files={"pack.yaml": "# a pack\nrulez: []\n"},
     ),
     "pack-bad-regex": Bad(
@@ -511,6 +536,16 @@ CASES: dict[str, Bad] = {
         "gateway.yaml:5: fleet.redis",
         "password_file",
     ),
+    "fleet-without-a-key": Bad(
+        HEAD + FLEET,
+        "gateway.yaml:4: fleet",
+        "key_file is required: it signs what replicas share",
+    ),
+    "fleet-key-file-missing": Bad(
+        HEAD + FLEET + "  key_file: none.key\n",
+        "gateway.yaml:6: fleet.key_file",
+        "cannot read @DIR@/none.key",
+    ),
     "fleet-not-a-redis-url": Bad(
         HEAD + "fleet:\n  redis: http://127.0.0.1:6379\n", "gateway.yaml:5: fleet.redis", ""
     ),
@@ -520,12 +555,14 @@ CASES: dict[str, Bad] = {
         "",
     ),
     "fleet-tls-without-rediss": Bad(
-        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  tls: {insecure: true}\n",
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  tls: {insecure: true}\n"
+        "  key_file: k.key\n",
         "gateway.yaml:4: fleet",
         "rediss://",
     ),
     "fleet-missing-password-file": Bad(
-        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  password_file: nope.txt\n",
+        HEAD + "fleet:\n  redis: redis://127.0.0.1:6379/0\n  password_file: nope.txt\n"
+        "  key_file: k.key\n",
         "gateway.yaml:6: fleet.password_file",
         "cannot read @DIR@/nope.txt",
     ),
@@ -535,7 +572,8 @@ CASES: dict[str, Bad] = {
         "",
     ),
     "fleet-tls-file-unreadable": Bad(
-        HEAD + "fleet:\n  redis: rediss://127.0.0.1:6380/0\n  tls: {ca_file: none.pem}\n",
+        HEAD + "fleet:\n  redis: rediss://127.0.0.1:6380/0\n  tls: {ca_file: none.pem}\n"
+        "  key_file: k.key\n",
         "gateway.yaml:6: fleet.tls",
         "cannot read a TLS file",
     ),

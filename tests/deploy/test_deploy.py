@@ -20,6 +20,7 @@ import yaml
 from examples.fleet_demo import HAPROXY
 from gateway.cli.parser import build_parser
 from gateway.config.admin_address import DEFAULT_ADMIN
+from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_catalog, load_config
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import ShutdownSpec
@@ -131,20 +132,18 @@ def test_mendpoint_container_args_parse_and_configs_load(
 
 
 def test_every_admin_port_is_the_default() -> None:
-    """The image, compose file, Pods, probes and scrape annotations use the default admin port
-    (not Prometheus's own 9090: docs/operations.md#admin-listener)."""
+    """The image, compose file, Pods and probes use the default admin port (not Prometheus's
+    own 9090: docs/operations.md#admin-listener); the PodMonitors scrape it by its name
+    (test_each_gateway_is_scraped_with_the_token_it_checks)."""
     port = int(DEFAULT_ADMIN.rpartition(":")[2])
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert f"EXPOSE 8080 {port}" in dockerfile and f"127.0.0.1:{port}/healthz" in dockerfile
     seen = 0
     for name, deployment in objects("Deployment").items():
-        template = deployment["spec"]["template"]
         for container in containers(deployment):
             admin = [p for p in container.get("ports", []) if p["name"] == "admin"]
             if admin and container["args"][0] == "serve":
                 assert admin[0]["containerPort"] == port, name
-                annotations = template["metadata"].get("annotations", {})
-                assert annotations.get("prometheus.io/port") == str(port), name
                 seen += 1
     assert seen >= 2
     for path in MANIFESTS:
@@ -156,18 +155,30 @@ def test_every_admin_port_is_the_default() -> None:
 
 
 def test_no_shipped_admin_listener_is_open_to_others() -> None:
-    """The image and compose leave the admin port on the container's loopback (the gateway's
-    default; MENDPOINT_ADMIN would win over a config's `admin`, so the image sets none), and
-    every manifest that binds it to the Pod's address has a token from a Secret, whose
-    shipped placeholder the gateway refuses (docs/security.md#admin-authentication)."""
+    """The image leaves the admin port on the container's loopback (the gateway's default;
+    MENDPOINT_ADMIN would win over a config's `admin`, so the image sets none); a compose
+    service either keeps it there, unpublished, or binds the container's interface with a
+    token from a compose secret and publishes it on the host's loopback alone; and every
+    manifest that binds it to the Pod's address has a token from a Secret, whose shipped
+    placeholder the gateway refuses (docs/security.md#admin-authentication)."""
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert "MENDPOINT_ADMIN" not in dockerfile.split("ENV ", 1)[1].split("EXPOSE")[0]
     assert DEFAULT_ADMIN.startswith("127.0.0.1:")
-    for service in gateway_services().values():
+    declared = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["secrets"]
+    reached = []
+    for name, service in gateway_services().items():
         assert "MENDPOINT_ADMIN" not in service.get("environment", {})
-        assert not [p for p in service.get("ports", []) if p.endswith(":8491")]
         compose_config = yaml.safe_load(config_volume(service).read_text())
-        assert compose_config.get("admin", DEFAULT_ADMIN) == DEFAULT_ADMIN
+        host, port = parse_host_port(compose_config.get("admin", DEFAULT_ADMIN))
+        published = [p for p in service.get("ports", []) if p.rpartition(":")[2] == str(port)]
+        if is_loopback(host):
+            assert not published, name
+            continue
+        secret = compose_config["admin_token_file"].removeprefix(COMPOSE_SECRETS)
+        assert secret in secret_names(service) and set(declared[secret]) == {"environment"}, name
+        assert published == [f"127.0.0.1:{port}:{port}"], name
+        reached.append(name)
+    assert reached == ["mendpoint"]  # the demo's gateway: its console from the host
     checked = 0
     for name, deployment in objects("Deployment").items():
         for container in containers(deployment):
@@ -396,7 +407,40 @@ def config_volume(service: dict[str, Any]) -> Path:
     return DEPLOY / str(source)
 
 
-def test_compose_file_references_real_files_and_valid_commands() -> None:
+def secret_names(service: dict[str, Any]) -> list[str]:
+    """The secrets a compose service mounts, in the short syntax (a name) or the long one."""
+    return [s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])]
+
+
+def compose_secret_files(service: dict[str, Any], root: Path) -> dict[str, str]:
+    """Each secret a compose service mounts, written under `root` with the mode compose gives
+    it (the long syntax's `mode`, else compose's default 0444), as the operator's environment
+    would fill it: where the container reads it → where the test wrote it."""
+    files = {}
+    for entry in service.get("secrets", []):
+        name, mode = (entry, 0o444) if isinstance(entry, str) else (entry["source"], 0o444)
+        if isinstance(entry, dict) and "mode" in entry:
+            given = entry["mode"]  # YAML 1.2's 0o400 reaches PyYAML as a string
+            mode = int(given.removeprefix("0o"), 8) if isinstance(given, str) else given
+        path = root / name
+        path.write_text(OPERATOR_TOKEN + "\n")
+        path.chmod(mode)
+        files[COMPOSE_SECRETS + name] = str(path)
+    return files
+
+
+def compose_loaded(service: dict[str, Any], root: Path) -> LoadedConfig:
+    """A compose service's config loaded by the real loader, with each secret it mounts
+    where its config reads it, at the mode compose gives it."""
+    text = config_volume(service).read_text()
+    for mounted, written in compose_secret_files(service, root).items():
+        text = text.replace(mounted, written)
+    path = root / "compose-gateway.yaml"
+    path.write_text(text)
+    return load_config(str(path))
+
+
+def test_compose_file_references_real_files_and_valid_commands(tmp_path: Path) -> None:
     services = compose_services()
     default = {name for name, service in services.items() if "profiles" not in service}
     assert default == {"demo", "mendpoint"}  # `docker compose up` runs what it always did
@@ -409,7 +453,7 @@ def test_compose_file_references_real_files_and_valid_commands() -> None:
         parses(gateway["command"])
         for volume in gateway["volumes"]:
             assert (DEPLOY / volume.split(":")[0]).exists(), (name, volume)
-    assert load_config(str(config_volume(services["mendpoint"]))).rules
+    assert compose_loaded(services["mendpoint"], tmp_path).rules
     for service in services.values():
         for volume in service.get("volumes", []):
             assert (DEPLOY / volume.split(":")[0]).exists(), volume
@@ -446,15 +490,12 @@ def test_each_replica_loads_its_fleet_config_with_the_compose_secrets(tmp_path: 
         fleet = config["fleet"]
         assert fleet["redis"].partition("://")[2].partition(":")[0] == "redis"
         sessions = fleet["sessions"]
-        mounted = {COMPOSE_SECRETS + secret for secret in service["secrets"]}
+        mounted = {COMPOSE_SECRETS + secret for secret in secret_names(service)}
         assert {fleet["password_file"], sessions["key_file"]} == mounted
-        assert all(set(declared[secret]) == {"environment"} for secret in service["secrets"])
+        assert all(set(declared[secret]) == {"environment"} for secret in secret_names(service))
         listen = parse_host_port(service["environment"]["MENDPOINT_LISTEN"])[1]
         assert parse_host_port(sessions["listen"])[1] == 8492 != listen
-        files = {}
-        for secret in service["secrets"]:
-            write_secret(tmp_path / secret, OPERATOR_TOKEN + "\n")
-            files[COMPOSE_SECRETS + secret] = str(tmp_path / secret)
+        files = compose_secret_files(service, tmp_path)
         fleet = fleet | {
             "password_file": files[fleet["password_file"]],
             "sessions": sessions | {"key_file": files[sessions["key_file"]]},
@@ -634,3 +675,69 @@ def test_every_promql_expression_names_real_metrics() -> None:
     assert used, "the dashboard queries no Mendpoint metric"
     unknown = {name for name in used if name not in exported}
     assert not unknown, f"metrics the gateway does not export: {sorted(unknown)}"
+
+
+# Prometheus scrapes the gateways' /metrics with the admin token: with a token set, the admin
+# listener answers /metrics 401 without it (docs/security.md#admin-authentication). No Pod
+# invites the annotation-driven job, which sends none, and each gateway's PodMonitor sends the
+# token from the Secret its gateway reads `admin_token_file` from.
+
+PODMONITORS = DEPLOY / "kubernetes" / "monitoring" / "podmonitors.yaml"
+
+# What the Prometheus Operator's PodMonitor (monitoring.coreos.com/v1) takes, of what these
+# use: kubernetes-validate has no schema for a custom resource, so its shape is checked here.
+SPEC_KEYS = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel"}
+ENDPOINT_KEYS = {"port", "path", "scheme", "interval", "scrapeTimeout", "authorization"}
+
+
+def guarded_gateways() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each Deployment whose Mendpoint requires the admin token: (Deployment, its config)."""
+    found = {}
+    config_maps = {name: doc["data"] for name, doc in objects("ConfigMap").items()}
+    for name, deployment in objects("Deployment").items():
+        for container in containers(deployment):
+            if "command" in container or container["args"][0] != "serve":
+                continue
+            argv = container["args"]
+            config_file = argv[argv.index("--config") + 1].rpartition("/")[2]
+            pod = deployment["spec"]["template"]["spec"]
+            (volume,) = [v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v]
+            config = yaml.safe_load(config_maps[volume][config_file])
+            if "admin_token_file" in config:
+                found[name] = (deployment, config)
+    return found
+
+
+def test_no_guarded_pod_invites_a_scrape_without_the_token() -> None:
+    gateways = guarded_gateways()
+    assert set(gateways) == {"orders", "mendpoint-gateway"}
+    for name, (deployment, _) in gateways.items():
+        annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+        assert annotations.get("prometheus.io/scrape") != "true", name
+
+
+def test_each_gateway_is_scraped_with_the_token_it_checks() -> None:
+    monitors = documents(PODMONITORS)
+    for monitor in monitors:
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["kind"] == "PodMonitor" and monitor["metadata"]["name"]
+        assert set(monitor["spec"]) <= SPEC_KEYS
+        assert "namespaceSelector" not in monitor["spec"]  # the Pods' and Secret's namespace
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            assert set(endpoint) <= ENDPOINT_KEYS
+    admin_port = parse_host_port(DEFAULT_ADMIN)[1]
+    for name, (deployment, config) in guarded_gateways().items():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        (monitor,) = [
+            m for m in monitors if m["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        ]
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        (mendpoint,) = [c for c in containers(deployment) if "command" not in c]
+        ports = {p["name"]: p["containerPort"] for p in mendpoint["ports"]}
+        assert ports[endpoint["port"]] == parse_host_port(config["admin"])[1] == admin_port
+        assert endpoint["path"] == "/metrics"
+        authorization = endpoint["authorization"]
+        assert authorization["type"] == "Bearer"
+        secret, key = authorization["credentials"]["name"], authorization["credentials"]["key"]
+        assert config["admin_token_file"] in {f"{m}/{key}" for m in mounts_of(deployment, secret)}
+        assert key in objects("Secret")[secret]["stringData"], name

@@ -1,9 +1,12 @@
 """`make run`: the command the Makefile runs starts the demo, the gateway and its admin listener
-on the addresses given (DEMO_LISTEN, LISTEN, ADMIN), and the admin default is not a port a
-monitoring stack already uses (docs/operations.md#admin-listener)."""
+on the addresses given (DEMO_LISTEN, LISTEN, ADMIN) and prints the console's URL; Ctrl-C,
+SIGTERM and SIGHUP stop both servers and leave no process behind; a taken port is one line
+naming it; and the admin default is not a port a monitoring stack already uses
+(docs/operations.md#admin-listener)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -12,6 +15,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +23,7 @@ from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.models import GatewayConfig
 from tests.support.paths import DOCS, REPO
 from tests.support.ports import free_port
+from tests.support.waits import patience
 
 # Ports a host that runs a metrics or mesh stack is likely to have taken already: Prometheus
 # and its Pushgateway/Alertmanager (9090-9094), the exporter allocations (9100-9999),
@@ -86,12 +91,14 @@ def test_make_run_starts_the_admin_listener_where_asked() -> None:
                 assert line, f"run_demo ended early: {printed}"
                 printed += line
             assert get(f"http://{admin}/healthz") == (200, None)
+            assert get(f"http://{admin}/ui") == (200, None)  # the console the lines point at
             assert get(f"http://{listen}/v1/items/42") == (404, "NOT_FOUND")
         finally:
             process.send_signal(signal.SIGINT)
             assert process.wait(timeout=20) == 0
         printed += process.stdout.read()
     assert f"mendpoint gaps --admin {admin}" in printed
+    assert f"The console: http://{admin}/ui\n" in printed
     command = next(
         w for line in printed.splitlines() for w in line.split() if w.endswith("mendpoint")
     )
@@ -123,3 +130,95 @@ def test_ctrl_c_in_a_terminal_stops_everything_with_status_0() -> None:
         host, _, port = address.rpartition(":")
         with pytest.raises(OSError):
             socket.create_connection((host, int(port)), timeout=1).close()
+
+
+def children_of(pid: int) -> set[int]:
+    """The live processes whose parent is `pid`, from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def listening(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_stop_both_servers_as_ctrl_c_does(signum: signal.Signals) -> None:
+    """`kill` of the launcher, or its terminal closing, stopped it alone: the demo and the
+    gateway, in sessions of their own, kept their ports (the next `make run` found them taken)."""
+    demo, listen = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    argv = make_run_argv(DEMO_LISTEN=demo, LISTEN=listen, ADMIN="off")
+    with subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
+        assert process.stdout is not None
+        children: set[int] = set()
+        try:
+            printed = ""
+            while "Ctrl-C" not in printed:
+                line = process.stdout.readline()
+                assert line, f"run_demo ended early: {printed}"
+                printed += line
+            children = children_of(process.pid)
+            assert len(children) == 2  # the demo and the gateway
+            process.send_signal(signum)
+            assert process.wait(timeout=patience(20)) == 0
+        finally:
+            for pid in children:  # what a launcher that did not stop them left behind
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+            if process.poll() is None:
+                process.kill()
+    assert not [pid for pid in children if alive(pid)]
+    assert not [address for address in (demo, listen) if listening(address)]
+
+
+def test_a_taken_port_is_one_line_naming_it() -> None:
+    demo, admin = (f"127.0.0.1:{free_port()}" for _ in range(2))
+    with socket.socket() as holder:  # what a gateway left running holds
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        listen = f"127.0.0.1:{holder.getsockname()[1]}"
+        argv = make_run_argv(DEMO_LISTEN=demo, LISTEN=listen, ADMIN=admin)
+        done = subprocess.run(
+            [sys.executable, *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=patience(30),
+        )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"make run: {listen} (LISTEN) is in use: stop what holds it, "
+        "or choose another with LISTEN=HOST:PORT"
+    ]
+    assert done.stdout == ""
+    assert not listening(demo) and not listening(admin)  # nothing was started

@@ -23,7 +23,7 @@ import pytest_asyncio
 from mcp import Client
 
 from gateway.feedback.store import Keys
-from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, sample
+from tests.support.fleet import GatewayProcess, RedisServer, RoundRobin, fleet_key, sample
 from tests.support.mcp import INIT, INITIALIZED, call
 from tests.support.paths import MCP_SERVERS
 from tests.support.ports import free_port
@@ -44,7 +44,7 @@ class McpFleet:
     front: RoundRobin
 
 
-def replica_config(upstream: str, redis: str) -> dict[str, Any]:
+def replica_config(upstream: str, redis: str, key_file: str) -> dict[str, Any]:
     return {
         "routes": [
             {"name": "tools", "prefix": "/", "type": "mcp", "upstream": upstream},
@@ -57,7 +57,7 @@ def replica_config(upstream: str, redis: str) -> dict[str, Any]:
                 "upstream": upstream,
             },
         ],
-        "fleet": {"redis": redis, "key_prefix": PREFIX},
+        "fleet": {"redis": redis, "key_prefix": PREFIX, "key_file": key_file},
         "log": {"access": False},
         "shutdown": {"drain_delay_s": 0, "grace_s": 3},
     }
@@ -84,7 +84,8 @@ async def mcp_fleet(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[M
         await redis.start()
         await wait_listening(port, server)
         upstream = f"http://127.0.0.1:{port}"
-        await asyncio.gather(*(r.start(replica_config(upstream, redis.url)) for r in replicas))
+        config = replica_config(upstream, redis.url, fleet_key(directory))
+        await asyncio.gather(*(r.start(config) for r in replicas))
         await front.start()
         await until_subscribed(replicas, redis)
         yield McpFleet(replicas, front)

@@ -16,13 +16,15 @@ import pytest
 from gateway.config.fleet_model import FleetSpec
 from gateway.config.loader import load_config
 from gateway.config.models import FollowupsSpec
+from gateway.config.session_keys import SessionKeys
+from gateway.feedback.fleet_events import unseal
 from gateway.feedback.fleet_scripts import SCRIPTS
-from gateway.feedback.followups import Answered, Attempt, FollowupBook
+from gateway.feedback.followups import Answered, Attempt, FollowupBook, digest
 from gateway.feedback.shared import OUTCOMES, SharedTracking
-from gateway.feedback.signatures import SignatureBook
+from gateway.feedback.signatures import Gap, GapSample, SignatureBook
 from gateway.feedback.store import SEP, FleetStore
 from gateway.telemetry.metrics import REGISTRY
-from tests.support.fleet import RedisServer
+from tests.support.fleet import RedisServer, fleet_key
 from tests.support.ports import free_port
 from tests.support.secrets import write_secret
 from tests.support.waits import patience
@@ -42,19 +44,37 @@ async def until(check: Callable[[], bool], timeout_s: float = 10) -> None:
         await asyncio.sleep(0.01)
 
 
+KEYS = SessionKeys.from_secrets(["shared-books-test-key-" + "0123456789abcdef" * 2])
+
+
+class Clock:
+    """The replicas' Unix seconds, moved by a test (both read the same one)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
 @pytest.fixture
 async def replicas(
-    redis_server: RedisServer,
+    redis_server: RedisServer, clock: Clock
 ) -> AsyncIterator[Callable[..., Awaitable[Replica]]]:
     stores: list[FleetStore] = []
 
     async def make(**fleet: Any) -> Replica:
         book = FollowupBook(FollowupsSpec(window_s=WINDOW_S), origin=len(stores) + 1)
-        signatures = SignatureBook(capacity=4)
-        spec = FleetSpec(redis=redis_server.url, **({"key_prefix": "t"} | fleet))
-        store = FleetStore(spec, None, SCRIPTS)
-        shared = SharedTracking(store, book, signatures.capacity)
-        book.shared, signatures.shared = shared, shared.gap
+        signatures = SignatureBook(capacity=4, clock=clock)
+        spec = FleetSpec(redis=redis_server.url, **({"key_prefix": "t", "key_file": "-"} | fleet))
+        store = FleetStore(spec, None, SCRIPTS, KEYS)
+        shared = SharedTracking(store, book, signatures.capacity, frozenset({"orders"}))
+        book.shared, signatures.shared, shared.gaps_clock = shared, shared.gap, clock
         await store.start(shared.received)
         stores.append(store)
         await until(lambda: store.up and store.subscribed)
@@ -65,8 +85,14 @@ async def replicas(
         await store.close()
 
 
+def key_of(name: str) -> str:
+    """A key as the request path makes one (a digest): a fleet event carries no other."""
+    return digest(name)
+
+
 def attempt(key: str, identity: str = "same", started: float | None = None) -> Attempt:
-    return Attempt(key, identity, "orders", time.monotonic() if started is None else started)
+    when = time.monotonic() if started is None else started
+    return Attempt(key_of(key), digest(identity), "orders", when)
 
 
 BAD = Answered(400, "BAD_REQUEST", "bad", False, None)
@@ -86,12 +112,12 @@ async def test_a_failure_opened_on_one_replica_is_followed_up_on_the_other(
         "mendpoint_followups_total", route="orders", code="BAD_REQUEST", outcome="recovered"
     )
     a.settle(attempt("k1"), BAD, "req-1", None)
-    await until(lambda: b.pending("k1") is not None)
-    followed = b.pending("k1")
+    await until(lambda: b.pending(key_of("k1")) is not None)
+    followed = b.pending(key_of("k1"))
     assert followed is not None and followed.request_id == "req-1"
     settled = b.settle(attempt("k1", "fixed"), OK, "req-2", followed)
     assert settled is not None and settled.outcome.value == "recovered"
-    await until(lambda: a.pending("k1") is None)  # the close reached A too
+    await until(lambda: a.pending(key_of("k1")) is None)  # the close reached A too
     await until(lambda: shared_b.store.waiting == 0)
     rows = await settled_rows(shared_a)
     assert rows["BAD_REQUEST"]["failures"] == 1
@@ -112,7 +138,8 @@ async def test_a_batch_of_failures_is_one_message_on_the_events_channel(
     replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
 ) -> None:
     """Failures queued together go in one batch and reach the channel as one message, their
-    events in order after the sender's id; the other replica applies every one of them."""
+    events in order after the sender's id, sealed with the fleet key; the other replica
+    applies every one of them."""
     import redis.asyncio as aioredis
 
     (a, shared_a, _), (b, _, _) = await replicas(), await replicas()
@@ -122,10 +149,11 @@ async def test_a_batch_of_failures_is_one_message_on_the_events_channel(
     try:
         for n in range(5):  # no await between them: one queue, one flush
             a.settle(attempt(f"batch-{n}"), BAD, f"req-{n}", None)
-        await until(lambda: all(b.pending(f"batch-{n}") is not None for n in range(5)))
+        await until(lambda: all(b.pending(key_of(f"batch-{n}")) is not None for n in range(5)))
         messages = await published(pubsub)
         assert len(messages) == 1
-        sender, _, body = messages[0].partition(SEP)
+        opened = unseal(KEYS, "events", messages[0])  # sealed with the fleet key
+        sender, _, body = opened.partition(SEP)
         assert sender == shared_a.store.replica  # A drops it unread
         events = json.loads(body)
         assert [e["entry"]["request_id"] for e in events] == [f"req-{n}" for n in range(5)]
@@ -172,10 +200,10 @@ async def test_two_replicas_settling_one_failure_count_one_outcome(
 ) -> None:
     (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
     a.settle(attempt("k2"), BAD, "req-1", None)
-    await until(lambda: b.pending("k2") is not None)
+    await until(lambda: b.pending(key_of("k2")) is not None)
     # The same caller's retry reaches both replicas at once: each matches it locally.
-    a.settle(attempt("k2"), BAD, "req-2", a.pending("k2"))
-    b.settle(attempt("k2"), BAD, "req-3", b.pending("k2"))
+    a.settle(attempt("k2"), BAD, "req-2", a.pending(key_of("k2")))
+    b.settle(attempt("k2"), BAD, "req-3", b.pending(key_of("k2")))
     await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
     row = (await settled_rows(shared_a))["BAD_REQUEST"]
     assert row["failures"] == 3
@@ -195,7 +223,7 @@ async def test_a_failure_nobody_follows_up_is_abandoned_once_fleet_wide(
 ) -> None:
     (a, shared_a, _), (b, shared_b, _) = await replicas(), await replicas()
     a.settle(attempt("k3"), BAD, "req-1", None)
-    await until(lambda: b.pending("k3") is not None)
+    await until(lambda: b.pending(key_of("k3")) is not None)
     await asyncio.sleep(WINDOW_S + 0.1)
     for _ in range(3):  # every replica sweeps, several times
         a.sweep(), b.sweep()
@@ -214,16 +242,62 @@ async def test_gaps_are_one_bounded_table_for_the_fleet(
     for text in ("one", "two", "three", "four"):  # past the capacity of 4
         gaps_b.record("orders", "409", text)
     await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
-    ranked = await shared_a.gaps(10)
-    assert ranked == await shared_b.gaps(10)
+    ranked = await shared_a.gaps(10, 900)
+    assert ranked == await shared_b.gaps(10, 900)
     assert len(ranked) == 4
-    top, count = ranked[0]
-    assert (top.route, top.status, top.text, count) == (
+    top = ranked[0]
+    assert (top.signature.route, top.signature.status, top.signature.text, top.count) == (
         "orders",
         "400",
         "qty # must be positive",
         4,
     )
+
+
+async def test_fleet_gaps_count_per_window_keep_a_sample_and_reset(
+    replicas: Callable[..., Awaitable[Replica]], clock: Clock
+) -> None:
+    """The window, the sample and the reset, as one process's book has them, for the fleet:
+    buckets in Redis (each a sorted set that expires), samples in a hash."""
+    (_, shared_a, gaps_a), (_, shared_b, gaps_b) = await replicas(), await replicas()
+    kept = GapSample("GET", "/orders/5", 400, None, (), '{"m": "qty 5"}', False, "qty 5")
+    gaps_a.record("orders", "400", "qty 5 must be positive", lambda: kept)
+    gaps_a.record("orders", "400", "qty 6 must be positive")
+    clock.now += 600
+    gaps_b.record("orders", "400", "qty 7 must be positive")
+    gaps_b.record("orders", "409", "taken")
+    await until(lambda: shared_a.store.waiting == 0 and shared_b.store.waiting == 0)
+
+    def counts(found: list[Gap]) -> dict[str, int]:
+        return {gap.signature.status: gap.count for gap in found}
+
+    assert counts(await shared_a.gaps(10, 300)) == {"400": 1, "409": 1}
+    fleet = await shared_b.gaps(10, 900)
+    assert counts(fleet) == {"400": 3, "409": 1}
+    assert fleet[0].sample == kept  # taken on replica a, read on replica b
+    assert fleet[1].sample is None  # recorded with none
+    clock.now += 1000
+    assert await shared_a.gaps(10, 900) == []
+    assert counts(await shared_a.gaps(10, 3600)) == {"400": 3, "409": 1}
+    await shared_b.reset_gaps()
+    assert await shared_a.gaps(10, 10_800) == []
+
+
+async def test_a_sample_in_the_store_that_no_replica_wrote_is_dropped_and_counted(
+    replicas: Callable[..., Awaitable[Replica]], redis_server: RedisServer
+) -> None:
+    """A sample is read from the store as every store row is: checked, not trusted."""
+    _, shared, gaps = await replicas()
+    gaps.record("orders", "400", "qty 5 must be positive")
+    await until(lambda: shared.store.waiting == 0)
+    member = json.dumps(["orders", "400", "qty # must be positive"])
+    before = metric("mendpoint_fleet_rejected_total", what="gap", reason="malformed")
+    forged = json.dumps({"method": "GET", "path": "/", "status": 400, "transport": None,
+                         "headers": {}, "body": "x" * 100_000, "message": "m"})  # fmt: skip
+    await redis_server.command("HSET", "{t}:gaps:samples", member, forged)
+    (gap,) = await shared.gaps(10, 900)
+    assert gap.count == 1 and gap.sample is None
+    assert metric("mendpoint_fleet_rejected_total", what="gap", reason="malformed") == before + 1
 
 
 async def test_a_store_that_stops_answering_degrades_and_resumes(
@@ -267,13 +341,15 @@ async def store_up_with(tmp_path: Path, redis: RedisServer, password: str) -> bo
     config = tmp_path / "gateway.yaml"
     config.write_text(
         "routes: [{name: api, upstream: 'http://127.0.0.1:9'}]\n"
-        f"fleet: {{redis: '{redis.url}', password_file: password, timeout_ms: 500}}\n"
+        f"fleet: {{redis: '{redis.url}', password_file: password, timeout_ms: 500,"
+        f" key_file: '{fleet_key(tmp_path)}'}}\n"
     )
     loaded = load_config(str(config))
     assert loaded.fleet_password == password
     assert password not in repr(loaded)
     assert loaded.config.fleet is not None
-    store = FleetStore(loaded.config.fleet, loaded.fleet_password, SCRIPTS)
+    assert loaded.fleet_keys is not None
+    store = FleetStore(loaded.config.fleet, loaded.fleet_password, SCRIPTS, loaded.fleet_keys)
     await store.start(lambda event: None)
     try:
         with contextlib.suppress(AssertionError):

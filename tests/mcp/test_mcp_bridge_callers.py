@@ -4,8 +4,9 @@ Caller A (an API key) opens a session with the official SDK client; a keyless cl
 caller B, holding A's session id, get the same 404 as for an unknown id on POST, GET and
 DELETE, and A's session goes on. Anonymous clients are told apart by their address (the TCP
 peer, 127.0.0.1 vs 127.0.0.2, or the client a trusted proxy names in `X-Forwarded-For`), and
-one caller can hold at most `max_sessions_per_caller` sessions: the next `initialize` gets 429
-while other callers still get theirs. The workers case is in test_mcp_bridge_workers.py.
+one caller can hold at most its share (`max_sessions_per_caller` for a named caller,
+`max_sessions_per_address` for an address, by default half the route): the next `initialize`
+gets 429 while other callers still get theirs. The workers case is in test_mcp_bridge_workers.py.
 """
 
 from __future__ import annotations
@@ -255,7 +256,7 @@ def refusal(body: bytes) -> dict[str, Any]:
 async def test_one_caller_cannot_take_every_session(
     start_gateway: StartGateway, peers: dict[str, aiohttp.ClientSession]
 ) -> None:
-    gateway = await start_gateway(config(max_sessions=4, max_sessions_per_caller=2))
+    gateway = await start_gateway(config(max_sessions=4, max_sessions_per_address=2))
     url = gateway.url + "/mcp"
     greedy, other = peers["127.0.0.1"], peers["127.0.0.2"]
     mine = [(await open_session(greedy, url))[1] for _ in range(2)]
@@ -263,8 +264,8 @@ async def test_one_caller_cannot_take_every_session(
     assert status == 429
     error = refusal(body)
     assert error["code"] == -32000
-    assert "max_sessions_per_caller: 2" in error["message"]
-    assert error["data"] == {"max_sessions_per_caller": 2}
+    assert "max_sessions_per_address: 2" in error["message"]
+    assert error["data"] == {"max_sessions_per_address": 2}
     # No session used yet: the first ends idle within session_idle_s (300 s by default).
     assert 1 <= int(response.headers["Retry-After"]) <= 300
     # Everyone else still gets a session: another address, and a named caller on the same one.
@@ -280,7 +281,7 @@ async def test_one_caller_cannot_take_every_session(
 async def test_retry_after_is_when_the_first_own_session_goes_idle(
     start_gateway: StartGateway, peers: dict[str, aiohttp.ClientSession]
 ) -> None:
-    gateway = await start_gateway(config(max_sessions_per_caller=1, session_idle_s=3))
+    gateway = await start_gateway(config(max_sessions_per_address=1, session_idle_s=3))
     url = gateway.url + "/mcp"
     http = peers["127.0.0.1"]
     assert (await open_session(http, url))[0] == 200
@@ -295,17 +296,32 @@ async def test_retry_after_is_when_the_first_own_session_goes_idle(
 async def test_concurrent_initializes_do_not_pass_the_per_caller_bound(
     start_gateway: StartGateway, peers: dict[str, aiohttp.ClientSession]
 ) -> None:
-    gateway = await start_gateway(config(max_sessions_per_caller=2))
+    gateway = await start_gateway(config(max_sessions_per_address=2))
     url = gateway.url + "/mcp"
     http = peers["127.0.0.1"]
     answers = await asyncio.gather(*(send(http, url, "POST", None, INIT) for _ in range(6)))
     assert sorted(status for status, _, _ in answers) == [200, 200, 429, 429, 429, 429]
 
 
+async def test_by_default_an_address_gets_half_the_route_and_a_named_caller_four(
+    start_gateway: StartGateway, peers: dict[str, aiohttp.ClientSession]
+) -> None:
+    """Many agents behind one address (a NAT, an egress proxy) cannot be told from one
+    client: together they get half the route, and leave the rest at least half; a named
+    caller's default stays 4 (docs/mcp.md#sessions-belong-to-their-caller)."""
+    gateway = await start_gateway(config(max_sessions=12))
+    url = gateway.url + "/mcp"
+    nat = peers["127.0.0.1"]
+    statuses = [(await open_session(nat, url))[0] for _ in range(7)]
+    assert statuses == [200] * 6 + [429]
+    named = [(await open_session(nat, url, **{"X-Api-Key": KEY_A}))[0] for _ in range(5)]
+    assert named == [200] * 4 + [429]
+
+
 async def test_the_sdk_client_past_its_share_gets_the_message(
     start_gateway: StartGateway,
 ) -> None:
-    gateway: RunningGateway = await start_gateway(config(SDK_STDIO, max_sessions_per_caller=1))
+    gateway: RunningGateway = await start_gateway(config(SDK_STDIO, max_sessions_per_address=1))
     url = gateway.url + "/mcp"
     async with Client(url, mode="legacy") as first:
         assert (await first.call_tool("add", {"a": 1, "b": 1})).structured_content
@@ -314,8 +330,8 @@ async def test_the_sdk_client_past_its_share_gets_the_message(
                 await second.list_tools()
         errors = [e for e in leaves(refused.value) if isinstance(e, MCPError)]
         assert [e.error.code for e in errors] == [-32000]
-        assert "max_sessions_per_caller: 1" in errors[0].error.message
-        assert errors[0].error.data == {"max_sessions_per_caller": 1}
+        assert "max_sessions_per_address: 1" in errors[0].error.message
+        assert errors[0].error.data == {"max_sessions_per_address": 1}
 
 
 def leaves(error: BaseException) -> list[BaseException]:
@@ -354,8 +370,10 @@ def test_a_caller_named_like_an_address_is_not_that_address() -> None:
         ("max_sessions_per_caller: 20", "max_sessions_per_caller (20) is above max_sessions (16)"),
         ("max_sessions: 2\n    max_sessions_per_caller: 3", "(3) is above max_sessions (2)"),
         ("max_sessions_per_caller: 0", "greater than or equal to 1"),
+        ("max_sessions_per_address: 17", "max_sessions_per_address (17) is above max_sessions"),
+        ("max_sessions_per_address: 0", "greater than or equal to 1"),
     ],
-    ids=["above-default-route-bound", "above-route-bound", "zero"],
+    ids=["above-default-route-bound", "above-route-bound", "zero", "address-above", "address-0"],
 )
 def test_the_per_caller_bound_is_validated_with_file_and_line(
     tmp_path: Any, route: str, phrase: str
@@ -371,4 +389,7 @@ def test_the_per_caller_bound_is_validated_with_file_and_line(
 def test_a_smaller_route_bound_lowers_the_default(tmp_path: Any) -> None:
     path = write_config(tmp_path, config(max_sessions=2))
     route = load_config(str(path)).config.routes[0]
-    assert route.max_sessions_per_caller == 4 and route.sessions_per_caller == 2
+    assert route.max_sessions_per_caller == 4 and route.sessions_for("caller") == 2
+    assert route.sessions_for("address") == 1  # half the route's, at least one
+    wider = load_config(str(write_config(tmp_path, config(max_sessions=5)))).config.routes[0]
+    assert wider.sessions_for("address") == 3  # half, rounded up

@@ -121,8 +121,8 @@ async def test_every_request_of_a_session_reaches_its_child(gateway: str) -> Non
 
 
 async def test_sdk_client_sessions_all_work(gateway: str) -> None:
-    """Eight agents, each from an address of its own (one address may hold only
-    `max_sessions_per_caller` sessions per worker, docs/mcp.md#sessions-belong-to-their-caller)."""
+    """Eight agents, each from an address of its own (one address may hold only its share of
+    the route's sessions, docs/mcp.md#sessions-belong-to-their-caller)."""
 
     async def one(n: int) -> None:
         transport = httpx2.AsyncHTTPTransport(local_address=f"127.0.0.{10 + n}")
@@ -227,6 +227,36 @@ SESSION_NOT_FOUND = {
     "id": None,
     "error": {"code": -32001, "message": "Session not found"},
 }
+
+
+LIGHT = [sys.executable, str(MCP_SERVERS / "bad_server.py")]
+
+
+async def test_session_bounds_count_across_the_workers(start_workers: StartWorkers) -> None:
+    """An address's share and the route's bound are the gateway's, not each worker's: eight
+    `initialize`s from one address, each on a connection of its own (so the kernel spreads
+    them over the three workers), get exactly its share; on main each worker counted its
+    own, so up to three times the share were granted. Then the route's bound, for
+    everyone."""
+    route = {"name": "tools", "type": "mcp", "command": LIGHT, "max_sessions": 3}
+    url = await start_workers(LIGHT, routes=[route | {"max_sessions_per_address": 2}]) + "/mcp"
+    answers = [await post(url, INIT, None) for _ in range(8)]
+    statuses = [status for status, _, _ in answers]
+    assert sorted(statuses) == [200] * 2 + [429] * 6, statuses
+    refused = next(answer for status, answer, _ in answers if status == 429)
+    assert refused["error"]["data"] == {"max_sessions_per_address": 2}
+    # The route's third session goes to another address; a fourth, to anyone, is a 503.
+    assert (await post(url, INIT, None, source="127.0.0.2"))[0] == 200
+    assert (await post(url, INIT, None, source="127.0.0.3"))[0] == 503
+    # Ending one (through whichever worker) gives its place back, on every worker.
+    ended = next(sid for status, _, sid in answers if status == 200)
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        http.delete(url, headers={"Mcp-Session-Id": ended}) as answer,
+    ):
+        assert answer.status == 200
+    assert (await post(url, INIT, None, source="127.0.0.3"))[0] == 200
 
 
 async def test_only_the_gateways_own_user_may_name_a_peer_on_a_unix_socket() -> None:

@@ -110,7 +110,7 @@ async def test_an_upgraded_tool_error_is_counted(
         metric("mendpoint_unmatched_failures_total", route="tools", status_class="mcp")
         == unmatched + 1
     )
-    assert [s.status for s, _ in gateway.server.signatures.top()] == ["mcp"]
+    assert [g.signature.status for g in gateway.server.signatures.top()] == ["mcp"]
 
 
 @pytest.mark.parametrize(

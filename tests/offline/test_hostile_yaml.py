@@ -25,22 +25,24 @@ from aiohttp import web
 from yarl import URL
 
 from gateway.cli import main
+from gateway.config.loader import load_config
 from gateway.config.yamlsrc import read_yaml
 from gateway.feedback.capture import load_dir
+from gateway.feedback.signatures import GapSample
+from gateway.offline.draft_check import draft_rules
+from gateway.offline.draft_file import fixture_cases, render_rules
+from gateway.offline.draft_file import render_fixtures as render_draft_fixtures
 from gateway.offline.openapi import parse
 from gateway.offline.probe import Probe
 from gateway.offline.starter import build, path_glob, render_fixtures
 from gateway.offline.suggest import (
+    DEFAULT_PATHS,
     Draft,
     Sample,
-    drafts_from,
-    fixture_cases,
-    render_rules,
-    sample_from_signature,
+    candidates,
+    groups_of,
+    sample_from_gap,
     samples_from_captures,
-)
-from gateway.offline.suggest import (
-    render_fixtures as render_draft_fixtures,
 )
 from gateway.offline.yaml_writer import (
     Comment,
@@ -148,10 +150,14 @@ def test_suggest_writes_exactly_the_drafts(value: str, tmp_path: Path) -> None:
         )
         for n in (1, 2)
     ]
-    samples.append(sample_from_signature(value, 409, value))
-    drafts, notes = drafts_from(samples)
+    kept = GapSample("GET", f"/{value}", 409, None, ((value, value),), value, False, value)
+    from_gap = sample_from_gap(value, 3, kept)
+    assert from_gap is not None
+    samples.append(from_gap)
+    codes: set[str] = set()
+    drafts = [candidates(group, DEFAULT_PATHS, codes)[0] for group in groups_of(samples)]
     assert drafts
-    text = render_rules(drafts, [*notes, value], value)
+    text = render_rules(drafts, [value], value, [value])
     assert_no_line_break_hidden(text)
     assert loaded_rules(text, tmp_path) == [expected_rule(d) for d in drafts]
     fixtures = tmp_path / "drafts.fixtures.yaml"
@@ -201,7 +207,8 @@ def test_init_writes_exactly_the_starter(value: str, tmp_path: Path) -> None:
         path_glob(r.operation.path) for r in starter.rules
     ]
     assert loaded["include"] == ["builtin:express"]
-    assert set(loaded) == {"listen", "include", "routes", "rules"}
+    assert set(loaded) == {"listen", "admin", "admin_token_file", "include", "routes", "rules"}
+    assert route["mode"] == "headers" and route["capture"]["only"] == "unmatched"
     fixtures = tmp_path / "gateway.fixtures.yaml"
     fixtures.write_text(render_fixtures(starter, value, value))
     assert read_yaml(str(fixtures)).data == {"cases": starter.fixtures}
@@ -246,8 +253,10 @@ def is_refused(value: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in value)
 
 
-async def draft_and_load(source: str, out: Path, tmp_path: Path) -> list[dict[str, Any]]:
-    argv = ["suggest", "--from", source, "--out", str(out), "--force"]
+async def draft_and_load(
+    source: str, config: Path, out: Path, tmp_path: Path
+) -> list[dict[str, Any]]:
+    argv = ["suggest", "--from", source, "--config", str(config), "--out", str(out), "--force"]
     assert await asyncio.to_thread(main, argv) == 0
     text = await asyncio.to_thread(out.read_text)
     assert_no_line_break_hidden(text)
@@ -278,20 +287,28 @@ async def test_a_client_path_adds_nothing_to_the_drafts(
                 url = URL(f"http://{listen}{quoted}", encoded=True)
                 async with session.get(url) as response:
                     assert response.status == (400 if is_refused(value) else 404), value
-        from_gaps = await draft_and_load(admin, tmp_path / "from-gaps.yaml", tmp_path)
-        gaps = await asyncio.to_thread(admin_get, admin, "/gaps?limit=200", None)
+        from_gaps = await draft_and_load(admin, config, tmp_path / "from-gaps.yaml", tmp_path)
+        gaps = await asyncio.to_thread(admin_get, admin, "/gaps?limit=200&window_s=10800", None)
     assert isinstance(gaps, dict)
-    rows = [row for row in gaps["signatures"] if str(row["status"]).isdigit()]
-    signatures = [sample_from_signature(r["route"], int(r["status"]), r["signature"]) for r in rows]
-    assert from_gaps == [expected_rule(d) for d in drafts_from(signatures)[0]]
+    loaded = load_config(str(config))
+    kept = [GapSample.from_record(row["sample"]) for row in gaps["signatures"]]
+    signatures = [
+        sample_from_gap(row["route"], row["count"], sample)
+        for row, sample in zip(gaps["signatures"], kept, strict=True)
+        if sample is not None and not row["covered_by"]
+    ]
+    expected = (await draft_rules([s for s in signatures if s is not None], loaded)).drafts
+    assert expected
+    assert from_gaps == [expected_rule(d) for d in expected]
 
     samples, _ = samples_from_captures(load_dir(str(captures)))
     assert {s.path for s in samples} == {
         f"/files/{v}" for v in HOSTILE.values() if not is_refused(v)
     }
     drafts = tmp_path / "from-captures.yaml"
-    assert await draft_and_load(str(captures), drafts, tmp_path) == [
-        expected_rule(d) for d in drafts_from(samples)[0]
+    expected = (await draft_rules(samples, loaded)).drafts
+    assert await draft_and_load(str(captures), config, drafts, tmp_path) == [
+        expected_rule(d) for d in expected
     ]
     checked = write_config(tmp_path, {"include": [str(drafts)], "routes": [route]}, "check.yaml")
     assert await asyncio.to_thread(main, ["check", "--config", str(checked)]) == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,11 +21,18 @@ from gateway.config.route_model import RouteSpec
 from gateway.exchange.routes import Route
 from gateway.failure import Category
 from gateway.offline.openapi import OpenApiError, load, parse
-from gateway.offline.starter import build, category_for, says_more_than_status, upper_snake
+from gateway.offline.starter import (
+    TOKEN_FILE,
+    build,
+    category_for,
+    says_more_than_status,
+    upper_snake,
+)
 from tests.frameworks.orders_api import app as orders_app
 from tests.support.frameworks import FrameworkApp, python_app, running
 from tests.support.gateway import StartGateway, StartUpstream
 from tests.support.paths import FRAMEWORKS
+from tests.support.secrets import write_secret
 
 DATA = Path(__file__).parent / "data"
 
@@ -35,11 +43,17 @@ def document() -> dict[str, Any]:
     return doc
 
 
+def written(tmp_path: Path, config: str) -> Path:
+    """A starter's config written as init writes it: with its admin token file beside it."""
+    write_secret(tmp_path / TOKEN_FILE, "0123456789abcdef" * 4 + "\n")
+    path = tmp_path / "mendpoint.yaml"
+    path.write_text(config)
+    return path
+
+
 def write_starter(tmp_path: Path, doc: dict[str, Any]) -> Path:
     starter = build("http://127.0.0.1:9", parse(doc), "openapi.json", None, builtin_names())
-    path = tmp_path / "mendpoint.yaml"
-    path.write_text(starter.config)
-    return path
+    return written(tmp_path, starter.config)
 
 
 def test_documented_errors_become_rules_with_codes_categories_and_operations(
@@ -126,6 +140,15 @@ def test_an_error_code_in_the_example_wins_over_the_description() -> None:
         ("orderAlreadyExists", "ORDER_ALREADY_EXISTS"),
         ("The quota (per day) is exhausted!", "THE_QUOTA_PER_DAY_IS_EXHAUSTED"),
         ("409 conflict", "E_409_CONFLICT"),
+        # Whole words, never cut inside one (six words gave AN_ACCOUNT_WITH_THIS_EMAIL_ALREADY).
+        (
+            "An account with this email already exists.",
+            "AN_ACCOUNT_WITH_THIS_EMAIL_ALREADY_EXISTS",
+        ),
+        (
+            "The requested resource could not be found on this server because reasons",
+            "THE_REQUESTED_RESOURCE_COULD_NOT_BE_FOUND_ON",
+        ),
     ],
 )
 def test_upper_snake(text: str, expected: str) -> None:
@@ -197,7 +220,7 @@ async def test_init_then_check_then_serve_gives_specific_codes(
 ) -> None:
     """From only the URL of a real FastAPI app: its /openapi.json is found, the probe sees
     Starlette, `check` and `test` pass on what init wrote, and the gateway names the
-    documented errors."""
+    documented errors, in `headers` mode: the upstream's bodies untouched."""
     out = tmp_path / "mendpoint.yaml"
     argv = ["init", "--upstream", orders_api.url, "--out", str(out)]
     assert await asyncio.to_thread(main, argv) == 0
@@ -211,19 +234,41 @@ async def test_init_then_check_then_serve_gives_specific_codes(
     gateway = await start_gateway(load_config(str(out)))
     dup = await gateway.request("POST", "/orders", json={"sku": "dup-9", "qty": 1})
     assert dup.status == 409
-    body = await dup.json()
-    assert body["error"]["code"] == "ORDER_ALREADY_EXISTS"
-    assert body["detail"] == "Order dup-9 already exists"  # additive: the upstream's own field
+    assert dup.headers["X-Error-Code"] == "ORDER_ALREADY_EXISTS"
+    assert await dup.json() == {"detail": "Order dup-9 already exists"}  # headers: untouched
     locked = await gateway.request("GET", "/orders/7")
     assert locked.headers["X-Error-Code"] == "ORDER_IS_LOCKED_FOR_REVIEW"
     cold = await gateway.request("GET", "/stock/cold")
-    cold_error = (await cold.json())["error"]
-    assert cold_error["code"] == "INVENTORY_SERVICE_WARMING_UP"
-    assert cold_error["retryable"] is True and cold_error["retry_after_ms"] == 2000
+    assert cold.headers["X-Error-Code"] == "INVENTORY_SERVICE_WARMING_UP"
+    assert cold.headers["X-Error-Retryable"] == "true"
     # An undocumented error still gets the shipped pack's answer.
     invalid = await gateway.request("POST", "/orders", json={"sku": 3})
     assert invalid.status == 422
-    assert (await invalid.json())["error"]["code"] != "ORDER_ALREADY_EXISTS"
+    assert invalid.headers["X-Error-Code"] != "ORDER_ALREADY_EXISTS"
+
+
+def test_init_starts_the_retrofit_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`headers` mode, capture of what only a fallback names, the admin listener on loopback
+    with a token file written 0600 beside the config (kept when init runs again), and a
+    config `check` accepts as it is."""
+    out = tmp_path / "mendpoint.yaml"
+    argv = ["init", "--upstream", "http://127.0.0.1:9", "--out", str(out)]
+    assert main(argv) == 0
+    written = yaml.safe_load(out.read_text())
+    (route,) = written["routes"]
+    assert route["mode"] == "headers"
+    assert route["capture"] == {"dir": str(tmp_path / "captures"), "only": "unmatched"}
+    assert written["admin"] == "127.0.0.1:8491"
+    assert written["admin_token_file"] == "mendpoint-admin-token"
+    token = tmp_path / "mendpoint-admin-token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert len(token.read_text().strip()) == 64
+    assert "wrote " + str(token) in capsys.readouterr().out
+    first = token.read_text()
+    assert main([*argv, "--force"]) == 0
+    assert token.read_text() == first  # its clients have it: kept
+    assert "kept" in capsys.readouterr().out
+    assert main(["check", "--config", str(out)]) == 0
 
 
 def test_init_refuses_to_overwrite_and_reports_a_bad_document(
@@ -258,9 +303,7 @@ def test_a_drf_spectacular_document(tmp_path: Path) -> None:
     ).stdout
     doc = json.loads(generated)
     starter = build("http://127.0.0.1:9", parse(doc), "drf", None, builtin_names())
-    path = tmp_path / "mendpoint.yaml"
-    path.write_text(starter.config)
-    loaded = load_config(str(path))
+    loaded = load_config(str(written(tmp_path, starter.config)))
     (rule,) = loaded.config.rules
     assert rule.error.code == "ORDER_OPEN"  # the example's own code field
     assert rule.match.path == "/orders/"
@@ -288,9 +331,7 @@ def test_public_style_documents(
 ) -> None:
     doc = load(str(DATA / name))
     starter = build("http://127.0.0.1:9", doc, name, None, builtin_names())
-    path = tmp_path / "mendpoint.yaml"
-    path.write_text(starter.config)
-    loaded = load_config(str(path))
+    loaded = load_config(str(written(tmp_path, starter.config)))
     assert {r.id for r in loaded.config.rules} == rules
     assert {op.name for op in loaded.config.routes[0].operations} == operations
     for rule in loaded.config.rules:

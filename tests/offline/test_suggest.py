@@ -18,7 +18,7 @@ from gateway.classify import Classifier, Observation, ObservationKind
 from gateway.cli import main
 from gateway.config.loader import load_config
 from gateway.feedback.capture import SUFFIX, load_dir
-from gateway.offline.suggest import Sample, common_glob, drafts_from
+from gateway.offline.suggest import DEFAULT_PATHS, Sample, candidates, common_glob, groups_of
 from gateway.serve.generation import CAPTURES
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
 
@@ -135,8 +135,11 @@ async def test_suggest_drafts_pass_check_and_test_and_classify_every_capture(
     await send_traffic(gateway)
     await gateway.server.app[CAPTURES].flush()
 
+    running = tmp_path / "running.yaml"
+    route = {"name": "demo", "prefix": "/", "upstream": "http://127.0.0.1:9"}
+    running.write_text(yaml.safe_dump({"routes": [route]}))
     drafts = tmp_path / "drafts.yaml"
-    argv = ["suggest", "--from", str(captures), "--out", str(drafts)]
+    argv = ["suggest", "--from", str(captures), "--config", str(running), "--out", str(drafts)]
     assert await asyncio.to_thread(main, argv) == 0
     said = capsys.readouterr().out
     assert "draft rule(s)" in said
@@ -145,14 +148,7 @@ async def test_suggest_drafts_pass_check_and_test_and_classify_every_capture(
     assert "review:" in text
 
     config = tmp_path / "gateway.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "include": [str(drafts)],
-                "routes": [{"name": "demo", "prefix": "/", "upstream": "http://127.0.0.1:9"}],
-            }
-        )
-    )
+    config.write_text(yaml.safe_dump({"include": [str(drafts)], "routes": [route]}))
     assert await asyncio.to_thread(main, ["check", "--config", str(config)]) == 0
     fixtures = tmp_path / "fixtures" / "drafts.fixtures.yaml"
     assert await asyncio.to_thread(main, ["test", "--config", str(config), str(fixtures)]) == 0
@@ -201,6 +197,11 @@ def observation(capture: dict[str, Any]) -> Observation:
         (["/v2/", "/v2/"], "/v2/"),
         (["/v2/a/", "/v2/b"], "/v2/*"),
         (["/"], "/"),
+        # One sample stands for every id: a number, a UUID, a hex id is a wildcard.
+        (["/accounts/42"], "/accounts/*"),
+        (["/a/123e4567-e89b-12d3-a456-426614174000/b"], "/a/*/b"),
+        (["/v2/"], "/v2/"),
+        (["/v2/library/alpine"], "/v2/library/alpine"),
     ],
 )
 def test_common_glob(paths: list[str], glob: str) -> None:
@@ -208,9 +209,23 @@ def test_common_glob(paths: list[str], glob: str) -> None:
 
 
 def test_a_bad_source_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["suggest", "--from", str(tmp_path / "nope"), "--out", str(tmp_path / "d.yaml")]
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump({"routes": [{"name": "a", "upstream": "http://127.0.0.1:9"}]}))
+    out = str(tmp_path / "d.yaml")
+    argv = ["suggest", "--from", str(tmp_path / "nope"), "--config", str(config), "--out", out]
     assert main(argv) != 0
     assert "is no directory" in capsys.readouterr().err
+
+
+def test_suggest_needs_the_running_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draft is tried with the config it will be included in: without one, none is written."""
+    monkeypatch.delenv("MENDPOINT_CONFIG", raising=False)
+    argv = ["suggest", "--from", str(tmp_path), "--out", str(tmp_path / "d.yaml")]
+    assert main(argv) != 0
+    assert "give --config FILE" in capsys.readouterr().err
+    assert not (tmp_path / "d.yaml").exists()
 
 
 # Error bodies in the shapes the issue found `suggest` blind to. The OCI distribution
@@ -280,8 +295,11 @@ async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
                 assert response.status >= 400
     await gateway.server.app[CAPTURES].flush()
 
+    running = tmp_path / "running.yaml"
+    route = {"name": "api", "prefix": "/", "upstream": "http://127.0.0.1:9"}
+    running.write_text(yaml.safe_dump({"routes": [route]}))
     drafts = tmp_path / "drafts.yaml"
-    argv = ["suggest", "--from", str(captures), "--out", str(drafts)]
+    argv = ["suggest", "--from", str(captures), "--config", str(running), "--out", str(drafts)]
     assert await asyncio.to_thread(main, argv) == 0
     capsys.readouterr()
     rules = {rule["error"]["code"]: rule for rule in yaml.safe_load(drafts.read_text())["rules"]}
@@ -296,7 +314,6 @@ async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
     # The AWS error is left out: the shipped rules name AWS errors by the shape of `__type`.
 
     config_file = tmp_path / "gateway.yaml"
-    route = {"name": "api", "prefix": "/", "upstream": "http://127.0.0.1:9"}
     config_file.write_text(yaml.safe_dump({"include": [str(drafts)], "routes": [route]}))
     assert await asyncio.to_thread(main, ["check", "--config", str(config_file)]) == 0
     fixtures = tmp_path / "fixtures" / "drafts.fixtures.yaml"
@@ -328,5 +345,5 @@ async def test_suggest_reads_the_common_shapes_codes_and_a_trailing_slash(
 def test_a_draft_is_named_by_the_upstreams_own_code(body: dict[str, Any], code: str) -> None:
     message = str(body.get("message", ""))
     sample = Sample("api", "GET", "/widgets/7", 404, "application/json", json.dumps(body), message)
-    drafts, _ = drafts_from([sample])
-    assert [d.code for d in drafts] == [code]
+    [group] = groups_of([sample])
+    assert {d.code for d in candidates(group, DEFAULT_PATHS, set())} == {code}

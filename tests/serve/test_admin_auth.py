@@ -161,7 +161,9 @@ async def test_the_clients_send_the_token(
     monkeypatch.setenv(ADMIN_TOKEN_ENV, str(tokens))
     assert await asyncio.to_thread(main, ["followups", "--admin", admin]) == 0
     out = tmp_path / "drafts.yaml"
-    assert await asyncio.to_thread(main, ["suggest", "--from", admin, "--out", str(out)]) == 0
+    running = str(tmp_path / "gateway.yaml")  # the file start_gateway wrote and loaded
+    argv = ["suggest", "--from", admin, "--config", running, "--out", str(out)]
+    assert await asyncio.to_thread(main, argv) == 0
     assert out.exists() and SECRET not in out.read_text()
     wrong = token_file(tmp_path, "0000000000000000ffffffffffffffff", name="wrong-token")
     monkeypatch.setenv(ADMIN_TOKEN_ENV, str(wrong))

@@ -16,7 +16,7 @@ from aiohttp import web
 from gateway.cli import main
 from gateway.config.watch import ConfigWatcher
 from gateway.exchange.routes import in_rollout
-from gateway.telemetry.logs import JsonFormatter
+from gateway.telemetry.log_lines import JsonFormatter
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 
@@ -141,9 +141,16 @@ async def test_unmatched_report_masks_values_and_ignores_custom_rules(
     await get(gateway, "/custom/stock?n=4")  # the custom rule: not a gap
     status, text = await admin_get(gateway, "/gaps")
     assert status == 200
-    assert json.loads(text)["signatures"] == [
-        {"route": "shop", "status": "409", "signature": "Widget # is out of stock", "count": 3}
-    ]
+    (row,) = json.loads(text)["signatures"]
+    assert {k: row[k] for k in ("route", "status", "signature", "count", "covered_by")} == {
+        "route": "shop",
+        "status": "409",
+        "signature": "Widget # is out of stock",
+        "count": 3,
+        "covered_by": None,
+    }
+    assert row["sample"]["method"] == "GET" and row["sample"]["status"] == 409
+    assert row["sample"]["body"] == '{"message": "Widget 1 is out of stock"}'  # the first
     assert gateway.server.admin_address is not None
     host, port = gateway.server.admin_address
     code = await asyncio.to_thread(main, ["gaps", "--admin", f"{host}:{port}"])

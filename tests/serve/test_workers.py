@@ -37,6 +37,7 @@ from tests.support.agents import EXPECTED, counts_by_code, orders_app, run_all
 from tests.support.gateway import StartUpstream
 from tests.support.paths import REPO
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 from tests.support.waits import patience
 
 ROOT = REPO
@@ -292,7 +293,7 @@ async def test_workers_share_the_port_and_metrics_add_up(
             gaps = (await response.json())["signatures"]
         async with session.get(gateway.base + "/metrics") as response:
             assert response.status == 410  # the data port proxies it; the workers have no admin
-    assert gaps == [
+    assert [{k: row[k] for k in ("route", "status", "signature", "count")} for row in gaps] == [
         {
             "route": "api",
             "status": "404",
@@ -300,6 +301,8 @@ async def test_workers_share_the_port_and_metrics_add_up(
             "count": 30,
         }
     ]
+    assert gaps[0]["covered_by"] is None  # the supervisor's own config decides it
+    assert gaps[0]["sample"]["status"] == 404
 
 
 async def test_follow_ups_are_matched_whichever_worker_receives_them(
@@ -604,3 +607,49 @@ def test_stale_metrics_directories_are_swept(tmp_path: Path) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live supervisor's
         workers.sweep_stale(str(tmp_path))
     assert not stale.exists() and held.exists() and young.exists()
+
+
+async def test_the_supervisors_gaps_window_close_after_a_reload_and_reset(
+    start_upstream: StartUpstream, start_workers: Callable[..., Awaitable[Gateway]], tmp_path: Path
+) -> None:
+    """/gaps under `--workers 2`: each worker's window summed with a sample, `covered_by`
+    decided by the supervisor's own config (reloaded on SIGHUP as the workers reload theirs),
+    and `POST /gaps/reset` forwarded to every worker, with the admin token only."""
+    upstream = await start_upstream(upstream_app())
+    token = "0123456789abcdef0123456789abcdef"
+    tokens = write_secret(tmp_path / "admin-token", token + "\n")
+    data = config(upstream, free_port(), free_port(), admin_token_file=str(tokens))
+    gateway = await start_workers(data, "--workers", "2")
+    await asyncio.gather(*(fresh_get(f"{gateway.base}/missing/{i}") for i in range(6)))
+    bearer = {"Authorization": f"Bearer {token}"}
+
+    async def gaps() -> list[dict[str, Any]]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(gateway.admin + "/gaps?window_s=600", headers=bearer) as answer,
+        ):
+            rows: list[dict[str, Any]] = (await answer.json())["signatures"]
+            return rows
+
+    (row,) = await gaps()
+    assert (row["count"], row["covered_by"], row["sample"]["status"]) == (6, None, 404)
+    rule = {
+        "id": "missing-item",
+        "match": {"status": [404], "path": "/missing/*"},
+        "error": {"code": "MISSING_ITEM", "category": "NOT_FOUND"},
+    }
+    (tmp_path / "gateway.yaml").write_text(yaml.safe_dump({**data, "rules": [rule]}))
+    gateway.process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + patience(15)
+    while (await gaps())[0]["covered_by"] != "missing-item":
+        assert time.monotonic() < deadline, "the supervisor never saw the new rule"
+        await asyncio.sleep(0.2)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(gateway.admin + "/gaps/reset") as answer:
+            assert answer.status == 401
+        async with session.post(gateway.admin + "/gaps/reset", headers=bearer) as answer:
+            assert (answer.status, await answer.json()) == (
+                200,
+                {"reset": True, "scope": "workers"},
+            )
+    assert await gaps() == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -20,6 +21,7 @@ import aiohttp
 import yaml
 
 from examples.fleet_demo import HAPROXY
+from tests.support.secrets import write_secret
 from tests.support.waits import patience
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +33,15 @@ def program(name: str) -> str:
         if found and os.access(found, os.X_OK):
             return found
     raise AssertionError(f"{name} is not installed: run tests/setup/system-packages.sh")
+
+
+def fleet_key(directory: Path) -> str:
+    """The key file every replica of one test's fleet is given (`fleet.key_file`, mode
+    0600), written once in `directory`; its absolute path."""
+    path = directory / "fleet.key"
+    if not path.exists():
+        write_secret(path, secrets.token_hex(32) + "\n")
+    return str(path.resolve())
 
 
 def wait_port(port: int, timeout_s: float = 15) -> None:
@@ -241,4 +252,4 @@ def sample(text: str, name: str, **labels: str) -> float:
     return total
 
 
-__all__ = ["GatewayProcess", "RedisServer", "RoundRobin", "program", "sample"]
+__all__ = ["GatewayProcess", "RedisServer", "RoundRobin", "fleet_key", "program", "sample"]

@@ -1,4 +1,4 @@
-"""The JSON log line (gateway.telemetry.logs.json_line) is written by orjson and reads as
+"""The JSON log line (gateway.telemetry.log_lines.json_line) is written by orjson and reads as
 json.dumps wrote it: byte for byte for the values an access line carries, and as the same
 JSON for anything else, falling back to json where orjson refuses a value."""
 
@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.telemetry.logs import json_line
+from gateway.telemetry.log_lines import json_line
 
 HEAD = ("2026-12-03T10:50:42.319Z", "INFO", "mendpoint.access", "request")
 

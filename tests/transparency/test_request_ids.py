@@ -14,7 +14,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gateway.telemetry.logs import JsonFormatter
+from gateway.telemetry.log_lines import JsonFormatter
 from tests.support.gateway import StartGateway, StartUpstream, route_config
 
 

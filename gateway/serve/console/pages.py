@@ -1,9 +1,9 @@
 """The console's routes on the admin app: /ui and its four pages, sign-in, and its assets.
 
 The admin app adds them when it is given the running config (`build_admin_app(console=…)`);
-its token check covers them as it covers every admin path, with the token also accepted from
-the cookie /ui/login sets, since a browser's page loads carry no Authorization header
-(docs/security.md#console).
+its token check covers them as it covers every admin path, a console page also opened by the
+session cookie /ui/login sets (a random value, never the token: .sessions), since a browser's
+page loads carry no Authorization header (docs/security.md#console).
 """
 
 from __future__ import annotations
@@ -21,18 +21,19 @@ from multidict import CIMultiDict
 from gateway.config.loaded import LoadedConfig
 from gateway.failure import Mode, TransportKind
 from gateway.feedback.readings import reading
-from gateway.feedback.signatures import Signature
+from gateway.feedback.signatures import DEFAULT_WINDOW_S, Gap
 from gateway.fence.aiohttp_private import Handler, Middleware
 from gateway.offline.explain import Sample, SampleError, explain, parse_header, render_explanation
 from gateway.resolve.auth import TokenFile
 from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES
 
 from . import html, views
+from .sessions import ConsoleSessions
 from .window import RecentCounts
 
 PREFIX = "/ui"
 LOGIN = "/ui/login"
-COOKIE = "mendpoint_admin"
+COOKIE = "mendpoint_console"
 REFRESH_S = 10
 SECURITY_HEADERS = {
     # No inline script, nothing from elsewhere, no framing: an upstream's text that slipped
@@ -53,7 +54,7 @@ ASSETS = {
     "favicon.svg": "image/svg+xml",
 }
 
-Ranked = Sequence[tuple[Signature, int]]
+Ranked = Sequence[Gap]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +62,13 @@ class ConsoleSources:
     """What the pages read: the admin app's own sources, and the running config."""
 
     config: Callable[[], LoadedConfig]
-    gaps: Callable[[int], Awaitable[tuple[Ranked, dict[str, object]]]]
+    gaps: Callable[[int, float], Awaitable[tuple[Ranked, dict[str, object]]]]
     """/gaps's source: the ranking and whose it is (fleet, workers or this process)."""
     followups: Callable[[], Awaitable[tuple[float, list[dict[str, Any]], dict[str, object]]]] | None
     counts: RecentCounts
     tokens: TokenFile | None
+    sessions: ConsoleSessions | None
+    """Sign-in sessions: with `tokens`, always."""
 
 
 SOURCES: web.AppKey[ConsoleSources] = web.AppKey("mendpoint_console")
@@ -75,13 +78,18 @@ def is_console(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-def presented_token(request: web.Request) -> str | None:
-    """The Authorization a console request carries: its header, else the sign-in cookie."""
+def console_refusal(
+    request: web.Request, tokens: TokenFile, sessions: ConsoleSessions
+) -> str | None:
+    """Why a console request is refused (`missing`, `wrong`), or None: its Authorization
+    header when it sends one, else its sign-in session."""
     header = request.headers.get(hdrs.AUTHORIZATION)
     if header is not None:
-        return header
+        return tokens.check(header)
     cookie = request.cookies.get(COOKIE)
-    return None if not cookie else f"Bearer {cookie}"
+    if not cookie:
+        return "missing"
+    return None if sessions.valid(cookie) else "wrong"
 
 
 def refused(status: int = 401, message: str | None = None) -> web.Response:
@@ -167,9 +175,10 @@ async def _routes(request: web.Request) -> web.Response:
 
 async def _gaps(request: web.Request) -> web.Response:
     sources = request.app[SOURCES]
-    top, scope = await sources.gaps(views.MAX_GAPS_SHOWN)
-    records = await views.captured(sources.config().config)
-    body = html.scope(scope) + html.gaps(views.gaps(top, records))
+    top, scope = await sources.gaps(views.MAX_GAPS_SHOWN, DEFAULT_WINDOW_S)
+    loaded = sources.config()
+    records = await views.captured(loaded.config)
+    body = html.scope(scope) + html.gaps(await views.gaps(top, records, loaded))
     return _page("gaps", "Gaps", body, request)
 
 
@@ -292,9 +301,9 @@ async def _login_form(request: web.Request) -> web.Response:
 
 
 async def _login(request: web.Request) -> web.Response:
-    """Check the posted token as a bearer token is checked; keep it in a cookie only this
-    listener's /ui paths get, never sent cross-site, never readable by script."""
-    tokens = request.app[SOURCES].tokens
+    """Check the posted token as a bearer token is checked; give a session for it in a cookie
+    only /ui paths get, never sent cross-site, never readable by script."""
+    tokens, sessions = request.app[SOURCES].tokens, request.app[SOURCES].sessions
     form = await request.post()
     token = str(form.get("token", "")).strip()
     if tokens is not None:
@@ -303,12 +312,16 @@ async def _login(request: web.Request) -> web.Response:
             ADMIN_AUTH_FAILURES.labels(reason=reason).inc()
             return refused(401, "that is not a token of the admin_token_file")
     response = _see(PREFIX + "/routes")
-    if tokens is not None:
-        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path=PREFIX)
+    if sessions is not None:
+        value = sessions.open(token)
+        response.set_cookie(COOKIE, value, httponly=True, samesite="Strict", path=PREFIX)
     return response
 
 
 async def _logout(request: web.Request) -> web.Response:
+    sessions = request.app[SOURCES].sessions
+    if sessions is not None:
+        sessions.close(request.cookies.get(COOKIE))
     response = _see(LOGIN)
     response.del_cookie(COOKIE, path=PREFIX)
     return response

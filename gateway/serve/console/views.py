@@ -1,10 +1,10 @@
 """What each console page shows, built from the admin sources and the offline tools.
 
 No figure is computed here that the admin API or a CLI command does not compute already:
-the gaps are /gaps's ranking, their drafts `mendpoint suggest`'s (`gateway.offline.suggest`, over
-the routes' capture files when a route has `capture:`, else over the signature alone, as
-`suggest --from HOST:PORT` does), the follow-up rows /followups's, and a tried sample goes
-through `explain` itself.
+the gaps are /gaps's ranking, their drafts `mendpoint suggest`'s (gateway.offline.draft_check,
+over the routes' capture files when a route has `capture:`, else over the sample /gaps
+keeps, as `suggest --from HOST:PORT` does), the follow-up rows /followups's, and a tried
+sample goes through `explain` itself.
 """
 
 from __future__ import annotations
@@ -16,13 +16,17 @@ from typing import Any
 
 from multidict import CIMultiDict
 
+from gateway.config.loaded import LoadedConfig
 from gateway.config.models import GatewayConfig
 from gateway.failure import TransportKind
 from gateway.feedback.capture import load_dir
 from gateway.feedback.followups import Outcome
-from gateway.feedback.signatures import Signature, normalise
+from gateway.feedback.signatures import Gap as Counted
+from gateway.feedback.signatures import normalise
+from gateway.offline.draft_check import draft_rules
+from gateway.offline.draft_file import render_rules
 from gateway.offline.explain import Sample as ExplainSample
-from gateway.offline.suggest import Draft, Sample, drafts_from, render_rules, sample_from_signature
+from gateway.offline.suggest import Draft, Sample, sample_from_gap
 from gateway.offline.suggest import samples_from_captures as _samples_from_captures
 
 from .window import Recent, RouteFigures
@@ -89,11 +93,11 @@ class Gap:
     signature: str
     count: int
     sample: Sample | None
-    """A captured failure of this signature (redacted when it was written), if any."""
+    """A captured failure of this signature, or the one /gaps keeps (redacted either way)."""
     draft: str | None
-    """The drafted rule, as the YAML file `mendpoint suggest` writes."""
+    """The drafted rule, as the YAML file `mendpoint suggest` writes, tried on its samples."""
     note: str | None
-    """Why there is no draft, or what the draft was made from."""
+    """Why there is no draft (a rule covers the gap, or no draft wins its samples)."""
 
 
 async def captured(config: GatewayConfig) -> list[dict[str, Any]]:
@@ -106,60 +110,48 @@ async def captured(config: GatewayConfig) -> list[dict[str, Any]]:
     return records
 
 
-def gaps(top: Sequence[tuple[Signature, int]], records: list[dict[str, Any]]) -> list[Gap]:
-    """Each signature with a sample and a draft: from its captured failures where the route
-    captures them, else from the signature's masked message alone."""
+async def gaps(
+    top: Sequence[Counted], records: list[dict[str, Any]], loaded: LoadedConfig
+) -> list[Gap]:
+    """Each signature with its samples and a draft tried on them (`mendpoint suggest`'s):
+    its captured failures where the route captures them, else the sample /gaps keeps."""
     samples, _ = _samples_from_captures(records)
     by_signature: dict[tuple[str, str, str], list[Sample]] = {}
     for sample in samples:
         key = (sample.route, str(sample.status), normalise(sample.message))
         by_signature.setdefault(key, []).append(sample)
-    chosen: list[Sample] = []
-    for signature, _count in top:
-        found = by_signature.get((signature.route, signature.status, signature.text))
-        if found:
-            chosen += found
-        elif signature.status.isdigit():
-            chosen.append(
-                sample_from_signature(signature.route, int(signature.status), signature.text)
-            )
-    drafts, notes = drafts_from(chosen)
-    draft_for = {_key(d): d for d in drafts}
-    shown = []
-    for signature, count in top:
+    chosen: dict[tuple[str, str, str], list[Sample]] = {}
+    for gap in top:
+        signature = gap.signature
         key = (signature.route, signature.status, signature.text)
         found = by_signature.get(key)
-        draft = draft_for.get(key)
-        note = None
-        if not signature.status.isdigit():
-            note = "no draft: `suggest` drafts rules for HTTP statuses only"
-        elif draft is None:
-            note = next((n for n in notes if _note_names(n, signature)), "no draft")
-        elif not found:
-            note = (
-                "drafted from the signature alone; give the route `capture:` for drafts "
-                "from real bodies and paths"
-            )
+        if not found and gap.sample is not None:
+            kept = sample_from_gap(signature.route, gap.count, gap.sample)
+            found = [kept] if kept is not None else []
+        if found:
+            chosen[key] = found
+    drafted = await draft_rules([s for group in chosen.values() for s in group], loaded)
+    shown = []
+    for gap in top:
+        signature = gap.signature
+        found = chosen.get((signature.route, signature.status, signature.text))
+        outcome = drafted.by_sample.get(id(found[0])) if found else None
+        draft = outcome if isinstance(outcome, Draft) else None
+        note = outcome if isinstance(outcome, str) else None
+        if not found:
+            note = "no draft: no sample of this failure is kept (an MCP or transport failure)"
         shown.append(
             Gap(
                 signature.route,
                 signature.status,
                 signature.text,
-                count,
+                gap.count,
                 found[0] if found else None,
                 None if draft is None else render_rules([draft], [], DRAFT_SOURCE),
                 note,
             )
         )
     return shown
-
-
-def _key(draft: Draft) -> tuple[str, str, str]:
-    return (draft.route, str(draft.status), normalise(draft.samples[0].message))
-
-
-def _note_names(note: str, signature: Signature) -> bool:
-    return note.startswith(f"{signature.route} {signature.status} {signature.text!r}")
 
 
 # --- Agents -----------------------------------------------------------------------------------

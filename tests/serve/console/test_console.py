@@ -198,9 +198,9 @@ async def test_a_gap_appears_after_failures_with_its_draft_and_upstream_markup_s
 
     draft = yaml.safe_load(await browser.text(f"{gap} pre.yaml"))
     out = tmp_path / "drafts.yaml"
-    assert (
-        await asyncio.to_thread(main, ["suggest", "--from", str(captures), "--out", str(out)]) == 0
-    )
+    running = str(tmp_path / "gateway.yaml")  # the file start_gateway wrote and loaded
+    argv = ["suggest", "--from", str(captures), "--config", running, "--out", str(out)]
+    assert await asyncio.to_thread(main, argv) == 0
     written = {rule["id"]: rule for rule in yaml.safe_load(out.read_text())["rules"]}
     (rule,) = draft["rules"]
     assert rule == written[rule["id"]]
@@ -374,6 +374,14 @@ async def test_try_a_rule_shows_what_mendpoint_explain_prints(
     assert await browser.count("main script") == 0
 
 
+async def status_with_cookie(url: str, value: str) -> int:
+    async with (
+        aiohttp.ClientSession(cookies={"mendpoint_console": value}) as session,
+        session.get(url) as answer,
+    ):
+        return answer.status
+
+
 async def test_with_a_token_the_console_is_refused_until_signed_in(
     browser: Browser, start_gateway: StartGateway, start_upstream: StartUpstream, tmp_path: Path
 ) -> None:
@@ -412,17 +420,20 @@ async def test_with_a_token_the_console_is_refused_until_signed_in(
     await browser.fill("input[name=token]", TOKEN)
     await browser.click("form[action='/ui/login'] button")
     await browser.wait_for("return document.querySelector('table#routes') !== null;")
-    cookie = await browser.run(browser.driver.get_cookie, "mendpoint_admin")
+    cookie = await browser.run(browser.driver.get_cookie, "mendpoint_console")
     assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert cookie["path"] == "/ui"
+    assert TOKEN not in cookie["value"]  # a session, never the token (.sessions)
     await browser.run(browser.driver.delete_all_cookies)
 
     # The cookie opens only the console: the JSON API still wants the header.
-    async with aiohttp.ClientSession(cookies={"mendpoint_admin": TOKEN}) as session:
+    async with aiohttp.ClientSession(cookies={"mendpoint_console": cookie["value"]}) as session:
         async with session.get(admin_url(gateway, "/gaps")) as answer:
             assert answer.status == 401
         async with session.get(admin_url(gateway, "/ui/gaps")) as answer:
             assert answer.status == 200
+    # The token itself in the cookie, as the console set it before: not a session.
+    assert await status_with_cookie(admin_url(gateway, "/ui/gaps"), TOKEN) == 401
 
 
 async def test_without_a_token_the_console_answers_only_its_address_and_its_own_forms(
