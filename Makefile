@@ -24,8 +24,12 @@ $(RUNTIME_STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet -e . -c $(LOCK)
 	touch $(RUNTIME_STAMP)
 
-$(STAMP): pyproject.toml $(LOCK) $(RUNTIME_STAMP)
+# clients/python (mendpoint-agents, docs/agents.md) goes in beside it, with the frameworks its
+# adapters are tested against (pinned in the test extra); LangChain's in a venv of its own.
+AGENTS := clients/python
+$(STAMP): pyproject.toml $(LOCK) $(RUNTIME_STAMP) $(AGENTS)/pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]' -c $(LOCK)
+	$(BIN)/pip install --quiet -e './$(AGENTS)[pydantic-ai,openai-agents,httpx]' -c $(LOCK)
 	touch $(STAMP)
 
 .PHONY: lock
@@ -52,8 +56,8 @@ fleet-demo: $(STAMP)
 	@$(BIN)/python examples/fleet_demo.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway tests examples bench
-	$(BIN)/ruff format --check gateway tests examples bench
+	$(BIN)/ruff check gateway tests examples bench clients
+	$(BIN)/ruff format --check gateway tests examples bench clients
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -61,8 +65,8 @@ typecheck: $(STAMP)
 # Fixes what `make lint` checks (the same tools run on commit with pre-commit:
 # .pre-commit-config.yaml).
 fmt: $(STAMP)
-	$(BIN)/ruff check --fix gateway tests examples bench
-	$(BIN)/ruff format gateway tests examples bench
+	$(BIN)/ruff check --fix gateway tests examples bench clients
+	$(BIN)/ruff format gateway tests examples bench clients
 
 # A shell with the venv first on PATH: `mendpoint ...` as the README writes it.
 shell: $(RUNTIME_STAMP)

@@ -147,7 +147,7 @@ def test_help_names_the_contract() -> None:
 # Code, tests and tools cite the project's own docs pages, not a section of a contract kept
 # outside the repository or an issue number.
 CITATION = re.compile(r"\bSPEC\b|(?i:\bissue #?\d+)")
-CITING_DIRS = ("gateway", "tests", "bench", "examples", "deploy", "mappings", ".ci")
+CITING_DIRS = ("gateway", "tests", "bench", "examples", "deploy", "mappings", ".ci", "clients")
 
 
 SKIPPED_DIRS = {"node_modules", "__pycache__", "results"}

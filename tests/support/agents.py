@@ -7,6 +7,7 @@ Each agent has its own User-Agent, so with no callers configured each one is its
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from mendpoint_agents import Action, HttpAnswer, decide
 
 THINK_S = 0.02
 """An agent's pause between answer and next request (real agents think far longer)."""
@@ -70,11 +73,12 @@ async def retry_everything(send: Send) -> None:
 
 
 async def four_line_procedure(send: Send) -> None:
-    """The reference procedure: retryable → sleep retry_after_ms and reissue; fix → change."""
+    """The reference procedure, `mendpoint_agents.decide` (docs/agents.md): retry → sleep
+    retry_after_ms and reissue."""
     status, body = await send("GET", "/quota", None)
-    error = body.get("error", {})
-    if status >= 400 and error.get("retryable"):
-        await asyncio.sleep((error.get("retry_after_ms") or 0) / 1000)
+    decision = decide(HttpAnswer(status, {}, json.dumps(body).encode()))
+    if decision.action is Action.RETRY:
+        await asyncio.sleep((decision.retry_after_ms or 0) / 1000)
         await send("GET", "/quota", None)
 
 
