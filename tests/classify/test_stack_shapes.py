@@ -3,7 +3,8 @@
 fault says whose it is by its code (docs/rules.md#soap-faults), JSend's `fail` names the
 fields at fault (docs/rules.md#jsend), and the words reach `error.message` from a bare JSON
 string, `statusMessage` and a `reason` beside or under `error`
-(docs/rules.md#message_paths-and-extra_message_paths-config)."""
+(docs/rules.md#message_paths-and-extra_message_paths-config), and a 500 saying the request's
+body was not JSON is the caller's to fix (docs/rules.md#status-and-body)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,9 @@ SHAPES = [
 
 
 JSON = "application/json"
+FIX_BODY = (
+    "Send a well-formed JSON body (the message says where it broke), then reissue the request"
+)
 SHAPES += [
     Shape(
         "/jsend-fail",
@@ -156,6 +160,40 @@ SHAPES += [
             }
         ),
         {"message": "no such index [orders]"},
+        method="GET",
+    ),
+]
+
+# A body the framework could not parse, answered 500 (docs/rules.md#status-and-body): the
+# caller's to fix where the request sent one, the server's own on a GET.
+SPRING_NOT_READABLE = {
+    "status": 500,
+    "error": "Internal Server Error",
+    "message": "JSON parse error: Unexpected character ('<' (code 60)): expected a valid value",
+    "path": "/spring-body",
+}
+SHAPES += [
+    Shape(
+        "/spring-body",
+        500,
+        JSON,
+        json.dumps(SPRING_NOT_READABLE),
+        {"code": "MALFORMED_JSON", "retryable": False, "message": SPRING_NOT_READABLE["message"]},
+    ),
+    Shape(
+        "/go-body",
+        500,
+        "text/plain; charset=utf-8",
+        "invalid character '<' looking for beginning of value\n",
+        {"code": "MALFORMED_JSON", "fix_required": FIX_BODY},
+        method="PUT",
+    ),
+    Shape(
+        "/get-decode",
+        500,
+        JSON,
+        json.dumps({"detail": "Expecting value: line 1 column 1 (char 0)"}),
+        {"code": "UPSTREAM_INTERNAL_ERROR", "fix_required": None},
         method="GET",
     ),
 ]
