@@ -20,15 +20,20 @@ Texts are read up to `TEXT_LIMIT` characters; every pattern here is compiled onc
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Sequence
 from itertools import pairwise
+from urllib.parse import parse_qsl, unquote
 
 TEXT_LIMIT = 4000
 SHORT_NAME = 3
 """A one-word argument name shorter than this (`a`, `x`, `id`) is too common a word to say
 that the text names it; its value can still be echoed."""
 ECHO_MIN = 3
+REQUEST_VALUES = 16
+REQUEST_VALUE_LIMIT = 256
+QUERY_LIMIT = 4096
 """A value shorter than this is too common a string to say the text echoes it unquoted."""
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -114,6 +119,47 @@ def echoed_argument(text: str, values: Sequence[tuple[str, str]]) -> str | None:
     return None
 
 
+def query_values(query: str) -> tuple[tuple[str, str], ...]:
+    """Each query parameter's value under its name, decoded: at most `REQUEST_VALUES`, of
+    at most `REQUEST_VALUE_LIMIT` characters, so a long URL costs the error path no more than
+    a short one."""
+    found = [
+        (name, value)
+        for name, value in parse_qsl(query[:QUERY_LIMIT], keep_blank_values=False)
+        if len(value) <= REQUEST_VALUE_LIMIT
+    ]
+    return tuple(found[:REQUEST_VALUES])
+
+
+def path_values(path: str) -> tuple[tuple[str, str], ...]:
+    """Each path segment as `path segment N` (1 first), decoded, bounded as `query_values`."""
+    found = [
+        (f"path segment {number}", unquote(segment))
+        for number, segment in enumerate(path[:QUERY_LIMIT].split("/")[1:], 1)
+        if segment and len(segment) <= REQUEST_VALUE_LIMIT
+    ]
+    return tuple(found[:REQUEST_VALUES])
+
+
+def echoed_value(
+    text: str, quoted: Sequence[tuple[str, str]], anywhere: Sequence[tuple[str, str]]
+) -> str | None:
+    """The name of the value the text repeats: one of `anywhere` it quotes whole (`'…'`,
+    `"…"`, `` `…` ``, HTML's `&quot;` too) or holds unquoted (at least `ECHO_MIN`
+    characters), else one of `quoted` it quotes whole. Stricter than `echoed_argument`: a
+    quoted part of a value does not count, and a path segment (`items`) must be quoted, since
+    error pages name their resource and quote many short strings (`'/'`, `"id"`)."""
+    text = text[:TEXT_LIMIT]
+    if "&" in text:
+        text = html.unescape(text)
+    said = [found.group(1) or found.group(2) or found.group(3) for found in _QUOTED.finditer(text)]
+    for name, value in anywhere:
+        if value in said or (len(value.strip()) >= ECHO_MIN and value in text):
+            return name
+    # Then a path segment, quoted whole: last, as a page names its resource (`"items"`).
+    return next((name for name, value in quoted if value in said), None)
+
+
 def only_argument(text: str, values: Sequence[tuple[str, str]]) -> str | None:
     """The argument whose value is all the text says (quotes, an exception's class name
     and a final full stop aside)."""
@@ -137,4 +183,13 @@ def _contains(said: list[str], parts: list[str]) -> bool:
     )
 
 
-__all__ = ["echoed_argument", "is_credential", "named_argument", "only_argument", "words"]
+__all__ = [
+    "echoed_argument",
+    "echoed_value",
+    "is_credential",
+    "named_argument",
+    "only_argument",
+    "path_values",
+    "query_values",
+    "words",
+]

@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
-from gateway.classify.argument_text import echoed_argument, named_argument, only_argument
+from gateway.classify.argument_text import (
+    echoed_argument,
+    echoed_value,
+    named_argument,
+    only_argument,
+    path_values,
+    query_values,
+)
 from gateway.classify.observation import Observation, ObservationKind
 from gateway.classify.timed_search import Captures, may_name_groups, named, timed_search
 from gateway.config.jsonpath import JsonPath, parse_json_path
@@ -381,6 +388,30 @@ class BodyText(Condition):
         return "the body does not match its pattern"
 
 
+@dataclass(frozen=True, slots=True)
+class RequestEchoed(Condition):
+    """`request_echoed:`: an HTTP failure's text repeats a value the URL sent (`{parameter}`,
+    a query parameter or `path segment N`), as a page quoting `For input string: "abc"`."""
+
+    key: ClassVar[str] = "request_echoed"
+    only_on: ClassVar[frozenset[ObservationKind] | None] = frozenset({ObservationKind.STATUS})
+    wanted: bool
+
+    @classmethod
+    def build(cls, match: MatchSpec, rule_id: str) -> tuple[Self, ...]:
+        return () if match.request_echoed is None else (cls(match.request_echoed),)
+
+    def test(self, obs: Observation, timeout: float, deadline: float) -> Mapping[str, str] | None:
+        name = echoed_value(obs.text or "", path_values(obs.path), query_values(obs.query))
+        if self.wanted:
+            return None if name is None else {"parameter": name}
+        return NO_CAPTURES if name is None else None
+
+    def reason(self, obs: Observation) -> str:
+        repeats = "repeats no" if self.wanted else "repeats a"
+        return f"the body {repeats} value the request sent in its path or query"
+
+
 CONDITIONS: tuple[type[Condition], ...] = (
     Routes,
     Methods,
@@ -393,6 +424,7 @@ CONDITIONS: tuple[type[Condition], ...] = (
     HeaderValue,
     JsonValue,
     BodyText,
+    RequestEchoed,
     ArgumentNamed,
 )
 """Every kind of condition, in the order a rule tests them (and `why_not` lists them): the

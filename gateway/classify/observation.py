@@ -72,6 +72,9 @@ class Observation:
     idempotent: bool = True
     idempotency_key: bool = False
     """The caller sent an `Idempotency-Key`: it declared that repeating the request is safe."""
+    query: str = ""
+    """The request's query string as sent: with the path, what an HTTP failure's text may
+    repeat (`match.request_echoed`); the answer cache keys on it."""
     tool: str | None = None
     jsonrpc_code: int | None = None
     missing_arguments: tuple[str, ...] = ()

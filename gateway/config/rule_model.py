@@ -73,6 +73,10 @@ class MatchSpec(Strict):
     # true: the request may be repeated (its method is idempotent on the route, or the
     # caller sent an Idempotency-Key); false: it may not.
     idempotent: bool | None = None
+    request_echoed: bool | None = None
+    """true: the failure's text repeats a value the request sent in its path or query (a
+    query parameter's value, a path segment), named by `{parameter}`; false: it repeats none
+    (docs/rules.md#values-the-request-sent)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -207,6 +207,8 @@ def rule_problems(
         captures.add("argument")
     if match.mcp is not None and match.mcp.credential_argument:
         captures.add("credential")
+    if match.request_echoed:
+        captures.add("parameter")
     for index, status in enumerate(match.status or []):
         try:
             parse_status(status)

@@ -163,6 +163,7 @@ class RequestContext:
             route=self.route.spec.name,
             method=method,
             path=self.request.path,
+            query=self.request.query_string,
             kind=kind,
             idempotent=method in self.route.idempotent,
             idempotency_key=carries_idempotency_key(self.request.headers),

@@ -83,6 +83,7 @@ class CachedAnswers:
             obs.route,
             obs.method,
             obs.path,
+            obs.query,
             obs.idempotent,
             obs.idempotency_key,
             obs.status,

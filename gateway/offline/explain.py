@@ -165,6 +165,7 @@ async def explain(
         route=route.spec.name,
         method=method,
         path=path,
+        query=sample.path.partition("?")[2],
         kind=ObservationKind.STATUS if sample.transport is None else ObservationKind.TRANSPORT,
         status=sample.status,
         transport=sample.transport,

@@ -472,3 +472,98 @@ async def test_fields_reach_the_envelope_and_additive_bodies(
         assert body["error"]["message"].startswith("body.quantity: Field required; body.name")
         if mode == "additive":
             assert body["detail"] == FASTAPI_422["detail"]  # the original members survive
+
+
+# --- values the request sent (docs/rules.md#values-the-request-sent) --------------------
+
+
+ANOTHER = "Send another value for"
+ECHO_RULE = rule(
+    {"status": [500], "request_echoed": True},
+    rule_id="echoed",
+    fix_required="Send another value for {parameter}",
+)
+NOT_ECHOED_RULE = rule({"status": [500], "request_echoed": False}, rule_id="not-echoed")
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "text", "fix"),
+    [
+        ("/items", "id=abc", 'For input string: "abc"', "Send another value for id"),
+        ("/items", "id=abc", "For input string: &quot;abc&quot;", "Send another value for id"),
+        ("/items", "id=abcd", "cannot parse abcd as a number", "Send another value for id"),
+        ("/orders/7x", "", "invalid literal for int(): '7x'", f"{ANOTHER} path segment 2"),
+        # The query's value before a path segment the page names as its resource.
+        ("/items", "id=abc", '{"servlet":"items","cause":"bad abc"}', "Send another value for id"),
+    ],
+    ids=["quoted", "html-quoted", "unquoted", "path-segment", "query-first"],
+)
+def test_request_echoed_names_the_value_the_text_repeats(
+    tmp_path: Path, path: str, query: str, text: str, fix: str
+) -> None:
+    loaded = loaded_with(tmp_path, [ECHO_RULE, NOT_ECHOED_RULE])
+    obs = Observation(
+        route="api",
+        method="GET",
+        path=path,
+        query=query,
+        kind=ObservationKind.STATUS,
+        status=500,
+        body=text.encode(),
+    )
+    verdict = Classifier(loaded).classify(obs)
+    assert verdict is not None
+    assert (verdict.rule.id, verdict.failure.fix_required) == ("echoed", fix)
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "text"),
+    [
+        ("/items", "id=42", 'For input string: "n/a"'),  # quotes something not sent
+        ("/items", "id=ab", "cannot parse ab"),  # two characters, unquoted: too common
+    ],
+    ids=["not-sent", "short-unquoted"],
+)
+def test_request_echoed_false_holds_when_nothing_sent_is_repeated(
+    tmp_path: Path, path: str, query: str, text: str
+) -> None:
+    loaded = loaded_with(tmp_path, [ECHO_RULE, NOT_ECHOED_RULE])
+    obs = Observation(
+        route="api",
+        method="GET",
+        path=path,
+        query=query,
+        kind=ObservationKind.STATUS,
+        status=500,
+        body=text.encode(),
+    )
+    verdict = Classifier(loaded).classify(obs)
+    assert verdict is not None and verdict.rule.id == "not-echoed"
+
+
+async def test_two_requests_differing_only_in_the_query_never_share_an_answer(
+    start_upstream: StartUpstream, start_gateway: StartGateway
+) -> None:
+    """The answer cache keys on the query string: the second request's answer names its own
+    parameter, not the first's cached one."""
+
+    async def tomcat_like(request: web.Request) -> web.Response:
+        text = 'java.lang.NumberFormatException: For input string: "abc"'
+        return web.Response(status=500, text=text)
+
+    app = web.Application()
+    app.router.add_get("/items", tomcat_like)
+    upstream = await start_upstream(app)
+    gateway = await start_gateway({**route_config(upstream), "rules": [ECHO_RULE]})
+    seen = []
+    for query in ("id=abc", "sku=abc", "id=abc", "other=1"):
+        headers = {"X-Error-Format": "envelope"}
+        async with await gateway.request("GET", f"/items?{query}", headers=headers) as answer:
+            error = (await answer.json())["error"]
+        seen.append((error["code"], error.get("fix_required")))
+    assert seen == [
+        ("CUSTOM", "Send another value for id"),
+        ("CUSTOM", "Send another value for sku"),
+        ("CUSTOM", "Send another value for id"),
+        ("UPSTREAM_INTERNAL_ERROR", None),
+    ]
