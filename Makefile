@@ -181,6 +181,14 @@ bench-smoke: $(STAMP)
 	bench/setup.sh
 	$(BIN)/python -m bench.run --smoke
 
+# The wasted-work table of docs/agents.md#what-it-saves (bench/agents.py): each framework's
+# scripted agents on the failure classes of clients/python/tests/tasks.py, without and with
+# mendpoint-agents' adapter, over loopback; tool calls, model turns and seconds per task.
+BENCH_AGENTS_ARGS ?=
+.PHONY: bench-agents
+bench-agents: $(STAMP) $(LC_STAMP)
+	$(BIN)/python -m bench.agents $(BENCH_AGENTS_ARGS)
+
 # The first-action corpus (docs/packs/corpus.md): real HTTP stacks and MCP servers nobody tuned
 # the rules for, each failure scenario with its right first action written down, sent direct and
 # through a gateway on the embedded default; prints the rates and the misses (build/corpus/).
