@@ -29,10 +29,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def lc_runs(order: dict[str, Any], *run_tasks: Task) -> list[Run]:
-    """The tasks run by LangChain agents in their venv, one `Run` each."""
+def lc_agents(order: dict[str, Any], *run_tasks: Task) -> subprocess.CompletedProcess[str]:
+    """lc_agents.py in the LangChain venv, running `run_tasks` as `order` says."""
     order = {**order, "tasks": [dataclasses.asdict(task) for task in run_tasks]}
-    done = subprocess.run(
+    return subprocess.run(
         [str(LC_PYTHON), str(LC_AGENTS), json.dumps(order)],
         capture_output=True,
         text=True,
@@ -40,6 +40,11 @@ def lc_runs(order: dict[str, Any], *run_tasks: Task) -> list[Run]:
         cwd=REPO,
         check=False,
     )
+
+
+def lc_runs(order: dict[str, Any], *run_tasks: Task) -> list[Run]:
+    """The tasks run by LangChain agents in their venv, one `Run` each."""
+    done = lc_agents(order, *run_tasks)
     assert done.returncode == 0, done.stderr[-4000:]
     return [Run(**json.loads(line)) for line in done.stdout.splitlines()]
 
@@ -92,6 +97,19 @@ def test_without_the_adapter_the_model_reads_prose_and_retries(tmp_path: Path) -
     assert (terminal.tool_calls, terminal.model_requests, terminal.succeeded) == (4, 5, False)
     assert '"mendpoint_failure"' in terminal.read[0]  # the raw item, as prose
     assert transient.tool_calls == 4 and not transient.succeeded
+
+
+def test_a_jsonrpc_error_is_followed_instead_of_ending_the_run(tmp_path: Path) -> None:
+    """A tool answered with a JSON-RPC error (rate limited): langchain-mcp-adapters raises it
+    out of the tool and the agent's run ends with it; the interceptor reads the gateway's
+    `error.data["mendpoint/failure"]` and calls again after the advised delay."""
+    lookup = Task("lookup", "mcp", "transient", "lookup", {"key": "k1"})
+    without = lc_agents({"kind": "mcp", "adapter": False, "dir": str(tmp_path)}, lookup)
+    assert without.returncode != 0
+    assert "McpError: 429 Too Many Requests: lookup rate limit" in without.stderr
+    (run,) = lc_runs({"kind": "mcp", "adapter": True, "dir": str(tmp_path)}, lookup)
+    assert (run.succeeded, run.model_requests, run.tool_calls) == (True, 2, 2)
+    assert run.seconds >= 0.2 and run.read == ["3 notes match 'k1'"]
 
 
 def test_with_nothing_from_the_gateway_the_framework_decides(tmp_path: Path) -> None:
