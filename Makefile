@@ -32,6 +32,21 @@ $(STAMP): pyproject.toml $(LOCK) $(RUNTIME_STAMP) $(AGENTS)/pyproject.toml
 	$(BIN)/pip install --quiet -e './$(AGENTS)[pydantic-ai,openai-agents,httpx]' -c $(LOCK)
 	touch $(STAMP)
 
+# LangChain's MCP adapters need the 1.x MCP SDK, the project's venv has 2.x: their agents run
+# in a venv of their own, pinned whole by its lock (clients/python/tests/test_agents_langchain.py
+# drives them from this venv; without it those tests are skipped, saying why).
+LC_VENV := $(VENV)/agents-langchain
+LC_LOCK := requirements/agents-langchain.lock
+LC_STAMP := $(LC_VENV)/.installed
+$(LC_STAMP): $(LC_LOCK) $(AGENTS)/pyproject.toml
+	$(PYTHON) -m venv $(LC_VENV)
+	$(LC_VENV)/bin/pip install --quiet --upgrade pip
+	$(LC_VENV)/bin/pip install --quiet -r $(LC_LOCK)
+	$(LC_VENV)/bin/pip install --quiet --no-deps -e './$(AGENTS)'
+	touch $(LC_STAMP)
+.PHONY: agents-langchain
+agents-langchain: $(LC_STAMP)
+
 .PHONY: lock
 lock: $(STAMP)
 	@{ echo "# The test tools at the versions the suite last passed with: make installs the test extra"; \
@@ -59,8 +74,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check gateway tests examples bench clients
 	$(BIN)/ruff format --check gateway tests examples bench clients
 
-typecheck: $(STAMP)
+# The LangChain adapter and its agents against the packages of their own venv.
+LC_TYPED := $(AGENTS)/src/mendpoint_agents/langchain.py $(AGENTS)/tests/lc_agents.py
+typecheck: $(STAMP) $(LC_STAMP)
 	$(BIN)/mypy
+	$(BIN)/mypy --python-executable $(LC_VENV)/bin/python $(LC_TYPED)
 
 # Fixes what `make lint` checks (the same tools run on commit with pre-commit:
 # .pre-commit-config.yaml).
@@ -115,7 +133,7 @@ PYTEST_WORKERS := -n $(TEST_WORKERS) --dist loadgroup
 # the suite once that way (`make test COVERAGE=1`, .ci/run). `make coverage` is the same.
 COVERAGE ?= 0
 COV_ARGS := $(if $(filter 1,$(COVERAGE)),--cov --cov-report=,)
-test: $(STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages lint typecheck
+test: $(STAMP) $(LC_STAMP) $(MCP_SERVERS) $(FRAMEWORKS) system-packages lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q $(PYTEST_WORKERS) $(COV_ARGS)
 	@$(if $(filter 1,$(COVERAGE)),echo "line coverage of gateway/: $$($(BIN)/coverage report --format=total)%",true)
 
@@ -162,6 +180,14 @@ bench: $(STAMP)
 bench-smoke: $(STAMP)
 	bench/setup.sh
 	$(BIN)/python -m bench.run --smoke
+
+# The wasted-work table of docs/agents.md#what-it-saves (bench/agents.py): each framework's
+# scripted agents on the failure classes of clients/python/tests/tasks.py, without and with
+# mendpoint-agents' adapter, over loopback; tool calls, model turns and seconds per task.
+BENCH_AGENTS_ARGS ?=
+.PHONY: bench-agents
+bench-agents: $(STAMP) $(LC_STAMP)
+	$(BIN)/python -m bench.agents $(BENCH_AGENTS_ARGS)
 
 # The first-action corpus (docs/packs/corpus.md): real HTTP stacks and MCP servers nobody tuned
 # the rules for, each failure scenario with its right first action written down, sent direct and

@@ -10,6 +10,8 @@ upgrade (`builtin:mcp-defaults` classifies each text):
     read_note   caller-correctable: only the note "hello" exists (ENOENT otherwise)
     frobnicate  terminal: a failure no rule knows
     send_report terminal, possibly applied: the API behind it answered 503 (a mail may be out)
+    lookup      transient, as `search`, but answered with a JSON-RPC error (an `MCPError`
+                raised in the tool) instead of an `isError` result
     whoami      correctable with a command: fails while $TOOLS_TOKEN_FILE does not exist
                 (the tests' config adds the rule and its `fix_command`, which creates it)
 
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 
 server = MCPServer("mendpoint-agents-tools")
 _limited_until: dict[str, float] = {}
@@ -47,6 +50,16 @@ def search(query: str) -> str:
     if time.monotonic() < until:
         raise ToolError("429 Too Many Requests: search rate limit reached, retry in 200ms")
     return f"3 notes match {query!r}"
+
+
+@server.tool()
+def lookup(key: str) -> str:
+    """Look a key up; the API behind it limits the rate of new keys."""
+    _called("lookup")
+    until = _limited_until.setdefault(f"lookup:{key}", time.monotonic() + LIMIT_S)
+    if time.monotonic() < until:
+        raise MCPError(-32000, "429 Too Many Requests: lookup rate limit reached, retry in 200ms")
+    return f"3 notes match {key!r}"
 
 
 @server.tool()
