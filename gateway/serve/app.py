@@ -232,6 +232,7 @@ class GatewayServer:
                 config=lambda: self.loaded,
                 config_status=self.record.to_json,
                 hosts=self.loaded.config.admin_hosts,
+                reload=self.reload,
             ),
             access_log=None,
         )

@@ -184,6 +184,7 @@ class Supervisor:
             config_status=self.record.to_json,
             counters=samples_of(WorkerCounters(metrics_path)),
             reset=self.tables.reset_gaps,
+            reload=self._console_reload,
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -350,14 +351,23 @@ class Supervisor:
 
     def _forward_hup(self) -> None:
         log.info("SIGHUP: every worker reloads its config")
+        self._signal_workers()
+        task = asyncio.get_running_loop().create_task(self._reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _console_reload(self) -> bool:
+        """The console's "Save": every worker reloads, and so does the supervisor's config."""
+        self._signal_workers()
+        await self._reload()
+        return self.record.last_error is None
+
+    def _signal_workers(self) -> None:
         for worker in self._workers.values():
             if worker.attached:
                 worker.signal(signal.SIGHUP)
             else:  # still starting: its handler is not installed yet
                 worker.hup_pending = True
-        task = asyncio.get_running_loop().create_task(self._reload())
-        self._reloads.add(task)
-        task.add_done_callback(self._reloads.discard)
 
     async def _reload(self) -> None:
         """The console's config, reloaded as each worker reloads its own (SIGHUP, a changed
