@@ -27,7 +27,7 @@ from gateway.offline.explain import Sample, SampleError, explain, parse_header, 
 from gateway.resolve.auth import TokenFile
 from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES
 
-from . import draft_html, drafting, html, views
+from . import charts, draft_html, drafting, html, timeline, views
 from .sessions import ConsoleSessions
 from .window import RecentCounts
 
@@ -177,7 +177,9 @@ async def _routes(request: web.Request) -> web.Response:
     sources = request.app[SOURCES]
     recent = sources.counts.recent()
     rows = views.route_rows(sources.config().config, recent)
-    return _page("routes", "Routes", html.routes(rows, recent), request)
+    hour = timeline.hour(sources.counts.minutes())
+    body = html.routes(rows, recent) + charts.routes_charts(hour, [row.name for row in rows])
+    return _page("routes", "Routes", body, request)
 
 
 async def _gaps(request: web.Request) -> web.Response:
@@ -196,6 +198,7 @@ async def _agents(request: web.Request) -> web.Response:
     window_s, rows, scope = await source()
     readings = {(str(r["route"]), str(r["code"])): reading(r) for r in rows}
     body = html.scope(scope) + html.agents(views.agent_rows(rows), window_s, readings)
+    body += charts.recovery_charts(timeline.hour(request.app[SOURCES].counts.minutes()))
     return _page("agents", "Agents", body, request)
 
 
