@@ -109,9 +109,11 @@ async def test_a_gap_is_drafted_edited_tried_saved_and_then_covered(
     assert [r["covered_by"] for r in await gaps(gateway) if r["status"] == "404"] == [None]
     assert yaml.safe_load((tmp_path / "drafts.yaml").read_text()) == {"rules": []}
 
+    assert gateway.server.record.generation == 1
     await browser.click("button#save")
     await browser.wait_for("return document.getElementById('saved') !== null;")
     assert "The gateway reloaded." in await browser.text("#saved")
+    assert gateway.server.record.generation == 2
     saved = yaml.safe_load((tmp_path / "drafts.yaml").read_text())["rules"]
     assert [(r["id"], r["error"]["code"]) for r in saved] == [(rule["id"], "ACCOUNT_MISSING")]
     covered = [r["covered_by"] for r in await gaps(gateway) if r["status"] == "404"]
