@@ -62,10 +62,16 @@ def route_chart(name: str, minutes: tuple[RouteFigures, ...], hour: Hour) -> str
             )
         share = minute.upgraded_share
         if share is not None:
-            points.append(f"{x + SLOT / 2:.1f},{HEIGHT * (1 - share):.1f}")
+            cx, cy = x + SLOT / 2, HEIGHT * (1 - share)
+            points.append(f"{cx:.1f},{cy:.1f}")
+            shapes.append(
+                f'<circle class="share" data-minute="{index}" data-share="{share:.3f}" '
+                f'cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"><title>{when}: '
+                f"{round(100 * share)} % upgraded</title></circle>"
+            )
     line = (
         f'<polyline class="share" data-points="{len(points)}" points="{" ".join(points)}"/>'
-        if points
+        if len(points) > 1
         else ""
     )
     legend = "".join(
@@ -76,7 +82,7 @@ def route_chart(name: str, minutes: tuple[RouteFigures, ...], hour: Hour) -> str
         f'<section class="timeline" data-route="{esc(name)}"><h2><code>{esc(name)}</code> '
         f'<span class="sub">last {len(minutes)} min, up to {top} requests a minute</span></h2>'
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
-        f'role="img" aria-label="{esc(label)}">{"".join(shapes)}{line}</svg>'
+        f'role="img" aria-label="{esc(label)}">{line}{"".join(shapes)}</svg>'
         f'<p class="legend"><span class="key requests">requests</span>{legend}'
         '<span class="key share">share upgraded (0-100 %)</span></p></section>'
     )

@@ -67,9 +67,9 @@ async def open_draft(
     )
     samples: list[tuple[str, Sample]] = []
     note = ""
-    if not gaps:
+    if not gaps and any(wanted):
         note = "that gap is not listed now (its failures left the window, or were reset)"
-    else:
+    elif gaps:
         gap = gaps[0]
         if gap.sample is not None:
             samples.append(("this gap's sample", explained(gap.sample)))

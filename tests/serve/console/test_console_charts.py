@@ -102,9 +102,9 @@ async def test_the_routes_chart_shows_the_minutes_counts(
     assert sum(shown.values()) == 7 and len(shown) == 2
     table = await browser.text(f'tr[data-route="{name}"] .failures')
     assert table == ", ".join(f"{code} {n}" for code, n in shown.items())
-    # Additive: every classified failure upgraded, the line at the top.
-    points = (await browser.attrs(f"{chart} polyline.share", "points"))[0]
-    assert points.endswith(",0.0")
+    # Additive: every classified failure upgraded, the minute's point at the top.
+    assert await browser.attrs(f"{chart} circle.share", "data-share") == ["1.000"]
+    assert await browser.attrs(f"{chart} circle.share", "cy") == ["0.0"]
     # Drawn on the server: no script drew it, and the CSP forbids inline styles.
     async with (
         aiohttp.ClientSession() as session,
