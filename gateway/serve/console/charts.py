@@ -16,6 +16,8 @@ from gateway.serve.console.window import HISTORY_MINUTES, RouteFigures
 WIDTH = 600
 HEIGHT = 90
 SLOT = WIDTH / HISTORY_MINUTES
+DOT = 3
+"""A minute's share upgraded: a dot of this radius, kept inside the chart at 0 % and 100 %."""
 CODE_CLASSES = 6
 """Failures by code: the five most frequent codes of the hour in colours, the rest as one."""
 
@@ -62,11 +64,11 @@ def route_chart(name: str, minutes: tuple[RouteFigures, ...], hour: Hour) -> str
             )
         share = minute.upgraded_share
         if share is not None:
-            cx, cy = x + SLOT / 2, HEIGHT * (1 - share)
+            cx, cy = x + SLOT / 2, DOT + (HEIGHT - 2 * DOT) * (1 - share)
             points.append(f"{cx:.1f},{cy:.1f}")
             shapes.append(
                 f'<circle class="share" data-minute="{index}" data-share="{share:.3f}" '
-                f'cx="{cx:.1f}" cy="{cy:.1f}" r="2.5"><title>{when}: '
+                f'cx="{cx:.1f}" cy="{cy:.1f}" r="{DOT}"><title>{when}: '
                 f"{round(100 * share)} % upgraded</title></circle>"
             )
     line = (

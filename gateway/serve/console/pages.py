@@ -1,5 +1,7 @@
 """The console's routes on the admin app: /ui and its four pages, sign-in, and its assets.
 
+And the draft page with its two forms (gateway.serve.console.drafting says who may write).
+
 The admin app adds them when it is given the running config (`build_admin_app(console=…)`);
 its token check covers them as it covers every admin path, a console page also opened by the
 session cookie /ui/login sets (a random value, never the token: .sessions), since a browser's

@@ -104,7 +104,7 @@ async def test_the_routes_chart_shows_the_minutes_counts(
     assert table == ", ".join(f"{code} {n}" for code, n in shown.items())
     # Additive: every classified failure upgraded, the minute's point at the top.
     assert await browser.attrs(f"{chart} circle.share", "data-share") == ["1.000"]
-    assert await browser.attrs(f"{chart} circle.share", "cy") == ["0.0"]
+    assert await browser.attrs(f"{chart} circle.share", "cy") == ["3.0"]  # the top, inside
     # Drawn on the server: no script drew it, and the CSP forbids inline styles.
     async with (
         aiohttp.ClientSession() as session,
