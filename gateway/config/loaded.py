@@ -63,6 +63,8 @@ class LoadedConfig:
     # `admin_token_file` (or MENDPOINT_ADMIN_TOKEN_FILE), an absolute path, checked to hold
     # tokens; the admin listener reads it again when it changes (resolve.auth.TokenFile).
     admin_token_file: str | None = None
+    # `console.drafts_file`, an absolute path, checked to be one of the `include:` files.
+    drafts_file: str | None = None
     # From `resolver.tls`: whom an https:// resolver must be, and the gateway's client cert.
     resolver_tls: ssl.SSLContext | None = field(default=None, repr=False)
     # The first line of `fleet.password_file`: the store's password; never printed.

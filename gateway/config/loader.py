@@ -162,6 +162,7 @@ def _assemble(
         problems.extend(_add_keys_file(loaded, config.callers, doc, base_dir))
     problems.extend(_add_resolver_token(loaded, doc, base_dir))
     problems.extend(_add_admin_token(loaded, doc, base_dir))
+    problems.extend(_add_drafts_file(loaded, doc, base_dir))
     loaded.config, tls_problems = resolve_route_tls(config, doc, base_dir)
     problems.extend(tls_problems)
     problems.extend(_add_resolver_tls(loaded, doc, base_dir))
@@ -385,6 +386,34 @@ def _add_admin_token(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[
         return [Problem(file, line, field, str(exc))]
     loaded.admin_token_file = os.path.abspath(path)
     return []
+
+
+def _add_drafts_file(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Problem]:
+    """`console.drafts_file` must be a file `include:` lists: the console writes nowhere
+    else, and what it saves is then loaded and watched as every included file is."""
+    configured = loaded.config.console.drafts_file
+    if configured is None:
+        return []
+    path = os.path.abspath(_resolved(configured, base_dir))
+    included = {
+        os.path.abspath(_resolved(entry, base_dir))
+        for entry in loaded.config.include
+        if _builtin_name(entry) is None
+    }
+    if path not in included:
+        line = doc.line_of(("console", "drafts_file"))
+        message = (
+            f"{configured!r} is not a file of `include:`: list it there (a rule file, e.g. "
+            "one holding `rules: []`) so what the console saves is loaded and watched "
+            "(docs/operations.md#console)"
+        )
+        return [Problem(doc.file, line, "console.drafts_file", message)]
+    loaded.drafts_file = path
+    return []
+
+
+def _resolved(path: str, base_dir: str) -> str:
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
 
 
 def _add_resolver_tls(loaded: LoadedConfig, doc: YamlDoc, base_dir: str) -> list[Problem]:

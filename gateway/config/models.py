@@ -270,6 +270,14 @@ class FollowupsSpec(Strict):
     max_bytes: int = Field(default=16 << 20, ge=64 << 10, le=4 << 30)
 
 
+class ConsoleSpec(Strict):
+    """What the console (/ui) may write (docs/operations.md#console). Without it, read-only."""
+
+    # The rule file "Save" appends drafted rules to: one the config lists in `include:`,
+    # so what is saved is loaded, watched and checked as every included file is.
+    drafts_file: str | None = Field(default=None, min_length=1)
+
+
 class HeadersSpec(Strict):
     prefix: str = Field(default="X-Error-", pattern=r"^[A-Za-z0-9\-]+$")
 
@@ -356,6 +364,7 @@ class GatewayConfig(Strict):
     enrich_budget_ms: int = Field(default=200, ge=1, le=60_000)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     headers: HeadersSpec = Field(default_factory=HeadersSpec)
+    console: ConsoleSpec = Field(default_factory=ConsoleSpec)
     mcp: McpSpec = Field(default_factory=McpSpec)
     followups: FollowupsSpec = Field(default_factory=FollowupsSpec)
     fleet: FleetSpec | None = None  # shared across replicas (docs/operations.md#fleet)

@@ -83,12 +83,16 @@ class ConfigWatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def settle(self) -> None:
+        """Take the files as they are now as loaded: a reload made elsewhere (SIGHUP, the
+        console's "Save") is not made again when the next poll sees the files it read."""
+        self._seen = fingerprint(self._files())
+
     async def _run(self) -> None:
-        seen = self._seen
         while True:
             await asyncio.sleep(self._interval_s)
             current = fingerprint(self._files())
-            if current == seen:
+            if current == self._seen:
                 continue
             while True:  # debounce: wait until the files stop changing
                 await asyncio.sleep(self._debounce_s)
@@ -101,7 +105,7 @@ class ConfigWatcher:
                 await self._on_change()
             except Exception:
                 log.exception("reload after a file change failed")
-            seen = fingerprint(self._files())
+            self.settle()
 
 
 def reloaded_config(path: str, running: LoadedConfig, *, quiet: bool = False) -> LoadedConfig:

@@ -107,6 +107,7 @@ def build_admin_app(
     counters: Samples | None = None,
     hosts: Collection[str] = (),
     reset: GapsReset | None = None,
+    reload: Callable[[], Awaitable[bool]] | None = None,
 ) -> web.Application:
     """`signatures` is this process's book, or a function ranking gaps from elsewhere (and
     `reset`, what starts them afresh); `details` adds fields (the supervisor's worker list)
@@ -115,7 +116,8 @@ def build_admin_app(
     (gateway.serve.admin_guard); `shared`, the fleet store the books count in, which answers
     while it is up. With `config` (the running config) each gap says which rule now covers
     it, and the console is served at /ui, its figures read from `counters` (by default this
-    process's own); with `config_status`, /config answers it."""
+    process's own); with `config_status`, /config answers it; `reload` is what the console's
+    "Save" calls after writing `console.drafts_file`."""
     sessions = None if tokens is None else ConsoleSessions(tokens)
     middlewares = [
         rebinding_guard(hosts) if sessions is None else _token_required(sessions.tokens, sessions)
@@ -147,7 +149,9 @@ def build_admin_app(
     app.router.add_get("/config", _config)
     if config is not None:
         counts = RecentCounts(counters or console_samples())
-        sources = ConsoleSources(config, app[GAPS], app[FOLLOWUPS], counts, tokens, sessions)
+        sources = ConsoleSources(
+            config, app[GAPS], app[FOLLOWUPS], counts, tokens, sessions, reload
+        )
         add_console(app, sources)
     return app
 

@@ -130,6 +130,7 @@ class GatewayServer:
         require_c_parser()
         self.config_path = config_path
         self.record = ConfigRecord(loaded)  # GET /config; the files the watcher polls
+        self.watcher: ConfigWatcher | None = None  # told of each reload, so it makes none again
         self.signatures = SignatureBook()
         self.followups = FollowupBook(loaded.config.followups, origin=os.getpid())
         self.shared = shared.connect(loaded, self.followups, self.signatures)
@@ -232,6 +233,7 @@ class GatewayServer:
                 config=lambda: self.loaded,
                 config_status=self.record.to_json,
                 hosts=self.loaded.config.admin_hosts,
+                reload=self.reload,
             ),
             access_log=None,
         )
@@ -273,6 +275,8 @@ class GatewayServer:
             self.shared.routes = frozenset(route.name for route in config.routes)
         set_access_log(config.log.access)
         self.record.loaded(state.exchange.loaded)
+        if self.watcher is not None:
+            self.watcher.settle()
         RELOADS.labels(result="success").inc()
         rules = len(state.exchange.loaded.rules)
         log.info("config reloaded from %s (%d rules)", self.config_path, rules)
@@ -428,6 +432,7 @@ async def serve_forever(
     watcher = ConfigWatcher(server.record.files, server.reload)
     if config_path is not None:
         watcher.start()
+        server.watcher = watcher
     if supervisor is not None:
         await supervisor.attach(server, on_interrupt)
     try:

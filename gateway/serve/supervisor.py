@@ -96,6 +96,7 @@ class Supervisor:
         self.record = ConfigRecord(loaded)  # as each worker's: GET /config, the files watched
         self._config_path = config_path
         self._reloads: set[asyncio.Task[None]] = set()
+        self._watcher: ConfigWatcher | None = None
         self._shutdown = loaded.config.shutdown
         self._workers: dict[int, Worker] = {}
         self._restarts = [0] * count
@@ -148,7 +149,7 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGTERM, self._request_stop, signal.SIGTERM)
         loop.add_signal_handler(signal.SIGINT, self._request_stop, signal.SIGINT)
         loop.add_signal_handler(signal.SIGHUP, self._forward_hup)
-        watcher = ConfigWatcher(self.record.files, self._reload)
+        watcher = self._watcher = ConfigWatcher(self.record.files, self._reload)
         if self._config_path is not None:
             watcher.start()
         slots = [loop.create_task(self._slot(index)) for index in range(self.count)]
@@ -184,6 +185,7 @@ class Supervisor:
             config_status=self.record.to_json,
             counters=samples_of(WorkerCounters(metrics_path)),
             reset=self.tables.reset_gaps,
+            reload=self._console_reload,
         )
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -350,29 +352,38 @@ class Supervisor:
 
     def _forward_hup(self) -> None:
         log.info("SIGHUP: every worker reloads its config")
+        self._signal_workers()
+        task = asyncio.get_running_loop().create_task(self._reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _console_reload(self) -> bool:
+        """The console's "Save": every worker reloads, and so does the supervisor's config."""
+        self._signal_workers()
+        await self._reload()
+        return self.record.last_error is None
+
+    def _signal_workers(self) -> None:
         for worker in self._workers.values():
             if worker.attached:
                 worker.signal(signal.SIGHUP)
             else:  # still starting: its handler is not installed yet
                 worker.hup_pending = True
-        task = asyncio.get_running_loop().create_task(self._reload())
-        self._reloads.add(task)
-        task.add_done_callback(self._reloads.discard)
 
     async def _reload(self) -> None:
         """The console's config, reloaded as each worker reloads its own (SIGHUP, a changed
         file); a bad file keeps the running one, and each worker logs why."""
         if self._config_path is None:
             return
-        path, running = self._config_path, self.loaded
+        load = functools.partial(reloaded_config, self._config_path, self.loaded, quiet=True)
         try:
-            self.loaded = await asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(reloaded_config, path, running, quiet=True)
-            )
+            self.loaded = await asyncio.get_running_loop().run_in_executor(None, load)
         except ConfigError as exc:
             self.record.failed(exc)
             return
         self.record.loaded(self.loaded)
+        if self._watcher is not None:  # a reload it did not make: not made again
+            self._watcher.settle()
 
     def _request_stop(self, signum: int) -> None:
         if not self._stopping:

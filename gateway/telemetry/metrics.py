@@ -438,5 +438,5 @@ def samples_of(*collectors: Collects) -> Callable[[], Iterator[CounterSample]]:
 
 
 def console_samples() -> Callable[[], Iterator[CounterSample]]:
-    """The four counters of this process the console's Routes page reads."""
-    return samples_of(REQUESTS, FAILURES, ENVELOPES, FALLBACKS)
+    """The counters of this process the console's Routes and Agents pages read."""
+    return samples_of(REQUESTS, FAILURES, ENVELOPES, FALLBACKS, FOLLOWUPS)

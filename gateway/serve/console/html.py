@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from html import escape
 from http import HTTPStatus
+from urllib.parse import urlencode
 
 from gateway.classify.why_not import PassedOver
 from gateway.failure import Mode, TransportKind
@@ -22,6 +23,11 @@ from .window import Recent
 PAGES = (("routes", "Routes"), ("gaps", "Gaps"), ("agents", "Agents"), ("try", "Try a rule"))
 CHART_WIDTH = 1000
 NONE = "&#8211;"  # an en dash: nothing counted
+
+
+def _draft_link(route: str, status: str, signature: str) -> str:
+    query = urlencode({"route": route, "status": status, "signature": signature})
+    return f"/ui/draft?{query}"
 
 
 def esc(value: object) -> str:
@@ -141,6 +147,9 @@ def gaps(found: list[Gap]) -> str:
                 f'<pre id="draft-{index}" class="yaml">{esc(gap.draft)}</pre></div>'
             )
         note = f'<p class="note">{esc(gap.note)}</p>' if gap.note else ""
+        if gap.draft is not None:
+            link = esc(_draft_link(gap.route, gap.status, gap.signature))
+            note += f'<p><a class="edit" href="{link}">Edit and try</a></p>'
         items.append(
             f'<section class="gap" data-route="{esc(gap.route)}" data-status="{esc(gap.status)}">'
             f'<h2><span class="count">{gap.count}</span> <code>{esc(gap.route)}</code> '
@@ -289,12 +298,12 @@ def try_result(result: Explanation, text: str) -> str:
         '<button type="button" data-copy="explain-text">Copy</button></div>'
         f'<pre id="explain-text">{esc(text)}</pre>'
         "<h2>The answer the caller gets</h2>"
-        f'<pre id="answer">{esc(_wire(result.answer))}</pre>'
+        f'<pre id="answer">{esc(wire(result.answer))}</pre>'
         f"{_others(result.passed_over, result.not_candidates)}"
     )
 
 
-def _wire(answer: Answer) -> str:
+def wire(answer: Answer) -> str:
     try:
         reason = HTTPStatus(answer.status).phrase
     except ValueError:

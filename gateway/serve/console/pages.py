@@ -1,5 +1,7 @@
 """The console's routes on the admin app: /ui and its four pages, sign-in, and its assets.
 
+And the draft page with its two forms (gateway.serve.console.drafting says who may write).
+
 The admin app adds them when it is given the running config (`build_admin_app(console=…)`);
 its token check covers them as it covers every admin path, a console page also opened by the
 session cookie /ui/login sets (a random value, never the token: .sessions), since a browser's
@@ -27,7 +29,7 @@ from gateway.offline.explain import Sample, SampleError, explain, parse_header, 
 from gateway.resolve.auth import TokenFile
 from gateway.telemetry.metrics import ADMIN_AUTH_FAILURES
 
-from . import html, views
+from . import charts, draft_html, drafting, html, timeline, views
 from .sessions import ConsoleSessions
 from .window import RecentCounts
 
@@ -55,6 +57,7 @@ ASSETS = {
 }
 
 Ranked = Sequence[Gap]
+DRAFT_KEYS = ("route", "status", "signature")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,8 @@ class ConsoleSources:
     tokens: TokenFile | None
     sessions: ConsoleSessions | None
     """Sign-in sessions: with `tokens`, always."""
+    reload: drafting.Reload | None = None
+    """What "Save" calls after writing: the gateway's reload (else its file watcher sees it)."""
 
 
 SOURCES: web.AppKey[ConsoleSources] = web.AppKey("mendpoint_console")
@@ -138,6 +143,10 @@ def add_console(app: web.Application, sources: ConsoleSources) -> None:
     app.router.add_get(PREFIX + "/agents", _agents)
     app.router.add_get(PREFIX + "/try", _try_form)
     app.router.add_post(PREFIX + "/try", _try_post)
+    app.router.add_get(draft_html.DRAFT, _draft)
+    app.router.add_post(draft_html.DRAFT + "/try", _draft_try)
+    app.router.add_post(draft_html.DRAFT + "/save", _draft_save)
+    app.router.add_post(PREFIX + "/mode", _mode)
     app.router.add_post(LOGIN, _login)
     app.router.add_get(LOGIN, _login_form)
     app.router.add_get(PREFIX + "/logout", _logout)
@@ -170,7 +179,9 @@ async def _routes(request: web.Request) -> web.Response:
     sources = request.app[SOURCES]
     recent = sources.counts.recent()
     rows = views.route_rows(sources.config().config, recent)
-    return _page("routes", "Routes", html.routes(rows, recent), request)
+    hour = timeline.hour(sources.counts.minutes())
+    body = html.routes(rows, recent) + charts.routes_charts(hour, [row.name for row in rows])
+    return _page("routes", "Routes", body, request)
 
 
 async def _gaps(request: web.Request) -> web.Response:
@@ -189,7 +200,67 @@ async def _agents(request: web.Request) -> web.Response:
     window_s, rows, scope = await source()
     readings = {(str(r["route"]), str(r["code"])): reading(r) for r in rows}
     body = html.scope(scope) + html.agents(views.agent_rows(rows), window_s, readings)
+    body += charts.recovery_charts(timeline.hour(request.app[SOURCES].counts.minutes()))
     return _page("agents", "Agents", body, request)
+
+
+async def _draft_page(
+    request: web.Request, fields: dict[str, str], action: str | None = None
+) -> web.Response:
+    """The editor for the gap `fields` names; `action` "try" or "save" runs that first."""
+    sources = request.app[SOURCES]
+    loaded = sources.config()
+    top, _ = await sources.gaps(views.MAX_GAPS_SHOWN, DEFAULT_WINDOW_S)
+    fields, samples, note = await drafting.open_draft(loaded, top, fields)
+    result = draft_html.refusal(note) if note else ""
+    if action == "try":
+        result += await drafting.tried(loaded, fields.get("rules", ""), samples)
+    elif action == "save":
+        result += await drafting.save(
+            loaded, fields.get("rules", ""), sources.reload, drafting.who(request)
+        )
+    can_save = drafting.can_save(loaded, sources.tokens is not None)
+    return _page("gaps", "Draft a rule", draft_html.draft_form(fields, can_save, result))
+
+
+async def _draft(request: web.Request) -> web.Response:
+    return await _draft_page(request, {k: request.query.get(k, "") for k in DRAFT_KEYS})
+
+
+async def _draft_try(request: web.Request) -> web.Response:
+    return await _draft_page(request, await _posted(request), "try")
+
+
+async def _draft_save(request: web.Request) -> web.Response:
+    """404 without `console.drafts_file`, 403 without an admin token: a clear body each."""
+    loaded = request.app[SOURCES].config()
+    refusal = drafting.can_save(loaded, request.app[SOURCES].tokens is not None)
+    if refusal is not None:
+        drafting.log.warning("console: save refused (from %s): %s", drafting.who(request), refusal)
+        return _plain(404 if loaded.drafts_file is None else 403, refusal)
+    return await _draft_page(request, await _posted(request), "save")
+
+
+async def _mode(request: web.Request) -> web.Response:
+    """A route's mode one step (headers → additive): see drafting.mode_step."""
+    loaded = request.app[SOURCES].config()
+    refusal = drafting.can_save(loaded, request.app[SOURCES].tokens is not None)
+    if refusal is not None:
+        return _plain(404 if loaded.drafts_file is None else 403, refusal)
+    route = str((await request.post()).get("route", ""))
+    status, text = drafting.mode_step(loaded, route)
+    drafting.log.warning(
+        "console: mode change of %r refused (from %s): %s", route, drafting.who(request), text
+    )
+    return _plain(status, text)
+
+
+async def _posted(request: web.Request) -> dict[str, str]:
+    form = await request.post()
+    fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
+    if "rules" in fields:
+        fields["rules"] = _lines(fields["rules"])
+    return fields
 
 
 async def _try_form(request: web.Request) -> web.Response:

@@ -1,11 +1,12 @@
 """The Routes page's figures over the last minutes, from the gateway's own counters.
 
-Nothing is added to the request path: every `TICK_S` the admin side reads the four counters
-/metrics already exports (requests, failures by code, fallbacks, upgraded answers) and keeps
-the readings of the last `WINDOW_S`; a page shows the difference between now and the oldest
-reading kept. A reading holds one number per series, so memory is the counters' own label
-sets times the readings kept (31). Under `--workers` the supervisor reads the workers' summed
-files the same way (docs/operations.md#console).
+Nothing is added to the request path: every `TICK_S` the admin side reads the counters
+/metrics already exports (requests, failures by code, fallbacks, upgraded answers, follow-up
+outcomes) and keeps the readings of the last `WINDOW_S`; a page shows the difference between
+now and the oldest reading kept. One reading a minute is kept for the last hour too, the
+charts' (gateway.serve.console.timeline). A reading holds one number per series, so memory is
+the counters' own label sets times the readings kept (31 and 61). Under `--workers` the
+supervisor reads the workers' summed files the same way (docs/operations.md#console).
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ REQUESTS = "mendpoint_requests_total"
 FAILURES = "mendpoint_failures_total"
 UPGRADED = "mendpoint_envelopes_total"
 FALLBACKS = "mendpoint_fail_open_total"
-READ = frozenset({REQUESTS, FAILURES, UPGRADED, FALLBACKS})
+FOLLOWUPS = "mendpoint_followups_total"
+READ = frozenset({REQUESTS, FAILURES, UPGRADED, FALLBACKS, FOLLOWUPS})
+MINUTE_S = 60.0
+HISTORY_MINUTES = 60
+"""The charts' span: a reading kept a minute apart, for the last hour (61 readings)."""
 UPGRADED_MODES = frozenset({"additive", "envelope"})
 """The body carries the advice; `headers` is shadow mode, as the Grafana dashboard's "Share
 of failures delivered upgraded" counts it."""
@@ -76,11 +81,15 @@ class RecentCounts:
         self._window_s = window_s
         self._clock = clock
         self._readings: deque[tuple[float, Reading]] = deque()
+        self._minutes: deque[tuple[float, Reading]] = deque(maxlen=HISTORY_MINUTES + 1)
         self.tick()
 
     def tick(self) -> None:
         now = self._clock()
-        self._readings.append((now, self._read()))
+        reading = self._read()
+        self._readings.append((now, reading))
+        if not self._minutes or now - self._minutes[-1][0] >= MINUTE_S:
+            self._minutes.append((now, reading))
         while self._readings and self._readings[0][0] < now - self._window_s:
             self._readings.popleft()
 
@@ -97,11 +106,13 @@ class RecentCounts:
         """Counts since the oldest reading kept (at most `window_s` ago)."""
         now, current = self._clock(), self._read()
         since, base = self._readings[0] if self._readings else (now, current)
-        delta: Counter[Series] = Counter()
-        for series, value in current.items():
-            # A counter never goes back; a smaller value is a series that was reset.
-            delta[series] = int(max(0.0, value - base.get(series, 0.0)))
-        return Recent(max(0.0, now - since), _by_route(delta))
+        delta = difference(current, base)
+        return Recent(max(0.0, now - since), by_route(delta))
+
+    def minutes(self) -> list[tuple[float, Reading]]:
+        """The readings a minute apart (the last hour's), and one now: consecutive pairs are
+        the charts' minutes, the last one under way (gateway.serve.console.timeline)."""
+        return [*self._minutes, (self._clock(), self._read())]
 
     def _read(self) -> Reading:
         reading: Reading = {}
@@ -112,7 +123,16 @@ class RecentCounts:
         return reading
 
 
-def _by_route(delta: Counter[Series]) -> dict[str, RouteFigures]:
+def difference(current: Reading, base: Reading) -> Counter[Series]:
+    """What each series counted from `base` to `current`."""
+    delta: Counter[Series] = Counter()
+    for series, value in current.items():
+        # A counter never goes back; a smaller value is a series that was reset.
+        delta[series] = int(max(0.0, value - base.get(series, 0.0)))
+    return delta
+
+
+def by_route(delta: Counter[Series]) -> dict[str, RouteFigures]:
     requests: Counter[str] = Counter()
     upgraded: Counter[str] = Counter()
     failures: dict[str, Counter[str]] = {}

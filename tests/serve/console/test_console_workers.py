@@ -33,6 +33,7 @@ from tests.support.browser import Browser
 from tests.support.gateway import StartUpstream, supervised
 from tests.support.paths import REPO
 from tests.support.ports import free_port
+from tests.support.secrets import write_secret
 from tests.support.waits import patience
 
 pytestmark = pytest.mark.skipif(not workers.supported(), reason="--workers needs Linux")
@@ -219,3 +220,61 @@ async def test_every_page_shows_the_workers_summed_figures_and_follows_a_reload(
 
 def _masked(text: str) -> str:
     return re.sub(r'"duration_ms": \d+', "", text)
+
+
+async def fresh_code(url: str) -> str | None:
+    """X-Error-Code of one request on a connection of its own (a worker the kernel picks)."""
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session, session.get(url) as answer:
+        await answer.read()
+        return answer.headers.get("X-Error-Code")
+
+
+async def test_a_save_in_the_console_reloads_every_worker_once(
+    start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    """The supervisor writes console.drafts_file and signals every worker; each reloads it
+    once (its file watcher does not reload the file again), and so does the console."""
+    upstream = await start_upstream(widgets_app())
+    port, admin = free_port(), free_port()
+    token = "5a7e5a7e5a7e5a7e5a7e5a7e5a7e5a7e"
+    write_secret(tmp_path / "admin-token", token + "\n")
+    (tmp_path / "drafts.yaml").write_text("rules: []\n")
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "admin": f"127.0.0.1:{admin}",
+        "admin_token_file": "admin-token",
+        "include": ["drafts.yaml"],
+        "console": {"drafts_file": "drafts.yaml"},
+        "routes": [{"name": "widgets", "prefix": "/", "upstream": upstream, "mode": "headers"}],
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    rule = (
+        "rules:\n- id: widget-unknown\n  match: {routes: [widgets], status: [404]}\n"
+        "  error: {code: WIDGET_UNKNOWN, category: NOT_FOUND}\n"
+    )
+    url = f"http://127.0.0.1:{port}/widgets/1"
+    bearer = {"Authorization": f"Bearer {token}"}
+    async with supervised(path, f"127.0.0.1:{admin}", tmp_path):
+        assert {await fresh_code(url) for _ in range(8)} == {"NOT_FOUND"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"http://127.0.0.1:{admin}/ui/draft/save", data={"rules": rule}, headers=bearer
+            ) as answer,
+        ):
+            assert "The gateway reloaded." in await answer.text()
+        deadline = time.monotonic() + patience(10)
+        while {await fresh_code(url) for _ in range(16)} != {"WIDGET_UNKNOWN"}:
+            assert time.monotonic() < deadline, "a worker still answers with the old rules"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(2.5)  # the watchers' poll and debounce
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{admin}/config", headers=bearer) as answer,
+        ):
+            assert (await answer.json())["generation"] == 2
+    log = (tmp_path / "gateway.log").read_text()
+    assert log.count("config reloaded from") == 2, log  # once per worker
+    assert "console: saved rule(s) widget-unknown" in log
