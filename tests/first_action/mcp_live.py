@@ -24,7 +24,7 @@ from tests.first_action.environment import MENDPOINT, places, run_base
 from tests.first_action.http_live import in_body
 from tests.first_action.mcp_client import INITIALIZED, HttpPeer, Peer, StdioPeer, initialize
 from tests.first_action.model import HeldOut, McpCall, McpServer, Places
-from tests.first_action.outcome import Outcome
+from tests.first_action.outcome import Outcome, says_nothing
 from tests.first_action.processes import Group, StartFailed, group, run_command
 from tests.support.ports import free_port
 
@@ -243,6 +243,7 @@ def judge(
     direct_message = parse(direct)
     outcome.upstream = describe(direct_message) if direct_message else "no answer in time"
     outcome.kind = kind_of(direct_message)
+    outcome.wordless = call.expect != "success" and says_nothing(failure_text(direct_message))
     if direct is None:
         outcome.problems.append("the server gave no answer in time (direct)")
     missing = [w for w in call.words if direct is None or not in_body(w, direct.encode())]
@@ -292,6 +293,23 @@ def kind_of(message: dict[str, Any] | None) -> str:
     if isinstance(result, dict) and result.get("isError") is True:
         return "isError"
     return "result"
+
+
+def failure_text(message: dict[str, Any] | None) -> str:
+    """What a failed call says in words: the JSON-RPC error's message, or the result's text
+    items joined; empty for no answer."""
+    if message is None:
+        return ""
+    error = message.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message") or "")
+    result = message.get("result")
+    if not isinstance(result, dict):
+        return ""
+    items = result.get("content") or []
+    return " ".join(
+        str(item.get("text", "")) for item in items if isinstance(item, dict) and "text" in item
+    )
 
 
 def describe(message: dict[str, Any]) -> str:

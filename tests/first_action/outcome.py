@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -13,6 +14,22 @@ from tests.first_action.model import Action, Expect, HeldOut
 
 Suite = Literal["http", "mcp"]
 Got = Action | Literal["success"]
+
+_SDK_PREFIX = re.compile(r"\A\s*Error executing tool [\w.-]+\s*:?\s*", re.IGNORECASE)
+_NO_WORDS = re.compile(
+    r"\A\W*(?:(?:error|an? (?:unknown |unexpected )?error(?: occurred)?|unknown error|"
+    r"internal(?: server)? error|something went wrong|(?:tool |request )?(?:execution )?failed|"
+    r"could not fetch the resource|failed to fetch|none|null|undefined)\W*)*\Z",
+    re.IGNORECASE,
+)
+
+
+def says_nothing(text: str) -> bool:
+    """A tool failure's text that carries no words to act on once the SDK's wrapping is
+    gone: `Error executing tool X`, `Could not fetch the resource.`, `Error: undefined`. Such
+    a failure keeps the terminal default; the report counts it apart, so the first-action
+    rate on texts with words says what a reading can reach (docs/packs/corpus.md#the-report)."""
+    return len(text) < 400 and bool(_NO_WORDS.match(_SDK_PREFIX.sub("", text, count=1)))
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,8 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     held_out: HeldOut | None = None
     """The held-out set the stack belongs to, if any (docs/packs/corpus.md#the-held-out-sets)."""
+    wordless: bool = False
+    """The failure's text says nothing beyond that it failed (`says_nothing`)."""
 
     @property
     def failure(self) -> bool:
@@ -123,4 +142,5 @@ class Outcome:
             "reason": self.reason,
             "problems": self.problems,
             "held_out": self.held_out,
+            "wordless": self.wordless,
         }

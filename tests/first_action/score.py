@@ -43,10 +43,19 @@ def tally(outcomes: Iterable[Outcome], test: str) -> Tally:
     if test == "success":
         scored = [o for o in chosen if not o.failure]
         return Tally(sum(o.right for o in scored), len(scored))
+    if test == "with_words":
+        scored = [o for o in chosen if o.scored and not o.wordless]
+        return Tally(sum(o.right for o in scored), len(scored))
+    if test == "without_words":
+        scored = [o for o in chosen if o.scored and o.wordless]
+        return Tally(sum(o.right for o in scored), len(scored))
     raise ValueError(test)
 
 
 TESTS = ("first_action", "always_retry", "fidelity", "success")
+WORDS = ("with_words", "without_words")
+"""First action apart on failures whose text says something and on those that say nothing
+beyond failing (`outcome.says_nothing`): the first is what a reading can reach."""
 SUITES: tuple[tuple[Suite, str], ...] = (
     ("http", "HTTP stacks"),
     ("mcp", "MCP servers"),
@@ -94,7 +103,7 @@ class Report:
         for suite, _title in SUITES:
             stacks = self.stacks(suite)
             out[suite] = {
-                "overall": {t: tally(self.suite(suite), t).to_json() for t in TESTS},
+                "overall": {t: tally(self.suite(suite), t).to_json() for t in TESTS + WORDS},
                 "tuned": {t: tally(self.part(suite, None), t).to_json() for t in TESTS},
                 "held_out": {
                     name: {t: tally(items, t).to_json() for t in TESTS}
@@ -129,6 +138,12 @@ class Report:
                 lines.append(_row("  tuned stacks", self.part(suite, None)))
             for name, items in held_out.items():
                 lines.append(_row(f"  held-out set: {name}", items))
+            with_words, without = (tally(outcomes, t) for t in WORDS)
+            if without.total:
+                lines.append(
+                    f"  first action, texts with words {with_words.text()}; texts that say "
+                    f"nothing beyond failing {without.text()} (they keep the terminal default)"
+                )
             for name, why in failed.items():
                 lines.append(f"  did not start: {name}: {why[:300]}")
             lines.extend(_misses(outcomes))

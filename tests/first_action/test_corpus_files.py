@@ -19,7 +19,7 @@ from tests.first_action.model import (
     load_http_stacks,
     load_mcp_servers,
 )
-from tests.first_action.outcome import Answer
+from tests.first_action.outcome import Answer, says_nothing
 from tests.first_action.replay import replay_http, replay_mcp
 from tests.support.paths import DOCS
 
@@ -100,3 +100,20 @@ async def test_recorded_successes_pass_through_byte_for_byte() -> None:
     assert len(http) + len(mcp) == sum(len(s.scenarios) for s in STACKS) + sum(
         len(s.calls) for s in SERVERS
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "nothing"),
+    [
+        ("Error executing tool ListKnowledgeBases", True),
+        ("Error executing tool read_file: ", True),
+        ("Could not fetch the resource.", True),
+        ("Error: undefined", True),
+        ("", True),
+        ("Error executing tool get: 'item-42'", False),
+        ("Error: cart is empty", False),
+        ("Key not found: vegetable", False),
+    ],
+)
+def test_a_text_that_says_nothing_beyond_failing_is_told_apart(text: str, nothing: bool) -> None:
+    assert says_nothing(text) is nothing
