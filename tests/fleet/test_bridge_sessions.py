@@ -242,13 +242,18 @@ async def test_the_sdk_client_holds_a_session_through_the_round_robin_front(
 
 def forgeries(session_id: str, other_replica: str) -> dict[str, str]:
     replica, worker, secret, mac = session_id.split("-")
-    flip = {"0": "1"}.get(mac[-1], "0")
+
+    def flip(char: str) -> str:
+        """Another hex digit than `char` (each field's own last one: a digit flipped by the
+        other field's rule would be left as it was one time in sixteen)."""
+        return "1" if char == "0" else "0"
+
     body = f"{replica}-{worker}-{secret}"
     wrong_key = SessionKeys.from_secrets(["another-fleet-entirely-" + "f" * 32])
     moved = f"{other_replica}-{worker}-{secret}"
     return {
-        "mac changed": f"{body}-{mac[:-1]}{flip}",
-        "secret changed": f"{replica}-{worker}-{secret[:-1]}{flip}-{mac}",
+        "mac changed": f"{body}-{mac[:-1]}{flip(mac[-1])}",
+        "secret changed": f"{replica}-{worker}-{secret[:-1]}{flip(secret[-1])}-{mac}",
         "moved to the other replica": f"{moved}-{mac}",
         "signed with another key": f"{body}-{wrong_key.sign_id(body)}",
         "made up, other replica": f"{moved}-{wrong_key.sign_id(moved)}",
@@ -267,6 +272,7 @@ async def test_forged_and_tampered_ids_are_404_on_either_replica(
         other = (await open_session(http, b)).split("-")[0]
         assert other != session_id.split("-")[0], "each replica names itself"
         for what, forged in forgeries(session_id, other).items():
+            assert forged != session_id, what
             for url in (a, b):
                 status, body, _ = await post(http, url, call(1, "add", {"a": 1, "b": 2}), forged)
                 assert not_found(status, body), (what, url, status, body)
