@@ -34,6 +34,7 @@ from gateway.offline.probe import Probe
 from gateway.offline.yaml_writer import Comment, Mapping, Noted, Sequence, block, emit
 
 TOKEN_FILE = "mendpoint-admin-token"
+DRAFTS_FILE = "console-drafts.yaml"
 """The admin token file `init` writes beside the config (and names relative to it)."""
 MAX_CODE_CHARS = 48
 """A drafted code's length at most: whole words, so `error.code` stays a readable constant."""
@@ -216,10 +217,13 @@ def example_path(template: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Loop:
-    """Where the retrofit loop keeps what it learns: the captures and the admin token file."""
+    """Where the retrofit loop keeps what it learns: the captures, the admin token file, and
+    the rule file the console may save to (`console.drafts_file`; None: the console stays
+    read-only, and nothing names a file that is not there)."""
 
     captures: str = "captures"
     token_file: str = TOKEN_FILE
+    drafts_file: str | None = None
 
 
 def build(
@@ -243,7 +247,11 @@ def build(
     config.note("Its token (written beside this file, mode 0600) is what `mendpoint gaps` and")
     config.note("`mendpoint suggest --from` send, and what POST /gaps/reset needs.")
     config.add("admin", DEFAULT_ADMIN).add("admin_token_file", loop.token_file)
-    _include(config, packs, probe)
+    _include(config, packs, probe, loop.drafts_file)
+    if loop.drafts_file is not None:
+        config.note("The console's Save (a tried rule) and its Routes page's move to additive")
+        config.note("write this file only; remove this block to keep the console read-only.")
+        config.add("console", Mapping().add("drafts_file", loop.drafts_file))
     config.add("routes", Sequence([_route(route, upstream, document, loop)]))
     for note in skipped:
         config.note(f"not a rule: {note}")
@@ -294,13 +302,20 @@ def _header(upstream: str, document: ApiDocument | None, source: str | None) -> 
     )
 
 
-def _include(config: Mapping, packs: list[str], probe: Probe | None) -> None:
+def _include(config: Mapping, packs: list[str], probe: Probe | None, drafts: str | None) -> None:
+    """The drafts file first (the rules the console saves match before any pack), then the
+    packs guessed."""
+    listed = [] if drafts is None else [drafts]
+    if drafts is not None:
+        config.note(f"{drafts}: the rules the console saves (console.drafts_file), first.")
     if not packs:
         config.note("No framework recognised; the shipped fallbacks classify every failure.")
-        return
-    why = f" (probe of {probe.path}: {probe.evidence})" if probe and probe.evidence else ""
-    config.note(f"review: packs guessed from the document and a probe of an unknown path{why}.")
-    config.add("include", [f"builtin:{p}" for p in packs])
+    else:
+        why = f" (probe of {probe.path}: {probe.evidence})" if probe and probe.evidence else ""
+        config.note(f"review: packs guessed from the document and a probe of an unknown path{why}.")
+    listed += [f"builtin:{p}" for p in packs]
+    if listed:
+        config.add("include", listed)
 
 
 def _route(route: str, upstream: str, document: ApiDocument | None, loop: Loop) -> Mapping:

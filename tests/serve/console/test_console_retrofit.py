@@ -73,14 +73,9 @@ async def test_the_loop_from_init_to_a_saved_rule_that_covers_its_gap(
     config = yaml.safe_load(config_path.read_text())
     (route,) = config["routes"]
     assert route["mode"] == "headers" and route["capture"]["only"] == "unmatched"
+    assert config["console"]["drafts_file"] in config["include"]  # init opted in
     port, admin = free_port(), free_port()
-    (tmp_path / "console-drafts.yaml").write_text("rules: []\n")
-    config |= {
-        "listen": f"127.0.0.1:{port}",
-        "admin": f"127.0.0.1:{admin}",
-        "include": ["console-drafts.yaml"],
-        "console": {"drafts_file": "console-drafts.yaml"},
-    }
+    config |= {"listen": f"127.0.0.1:{port}", "admin": f"127.0.0.1:{admin}"}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     code, said = await run("check", "--config", str(config_path))
     assert code == 0 and ": OK — 1 route(s)" in said, said
