@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from gateway.classify.html_message import looks_like_xml, xml_code
 from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.loader import builtin_text
@@ -128,6 +129,9 @@ class ExampleCode:
     code: str
     json_path: str
     value: str
+    element: str | None = None
+    """For an XML body (`xml_stated_code`): the element as the body holds it,
+    `<code>AUDIT_FORBIDDEN</code>`, which a `body:` regex matches; `json_path` is then ""."""
 
 
 # Where a body states a machine-readable code, most specific first: `error.code` (AIP-193,
@@ -163,6 +167,17 @@ def stated_code(body: Any) -> ExampleCode | None:
                 code = upper_snake(name.replace(".", "_").replace("-", "_"))
                 return ExampleCode(code, path.text, value)
     return None
+
+
+def xml_stated_code(content_type: str, text: str) -> ExampleCode | None:
+    """The error code an XML body states in `<code>`, `<errorCode>` or `<faultcode>`."""
+    if not looks_like_xml(content_type, text):
+        return None
+    found = xml_code(text)
+    if found is None or not CODE_VALUE.fullmatch(found[0]):
+        return None
+    value, element = found
+    return ExampleCode(upper_snake(value.replace(".", "_").replace("-", "_")), "", value, element)
 
 
 def code_from_example(examples: tuple[Any, ...]) -> ExampleCode | None:
