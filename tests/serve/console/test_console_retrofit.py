@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.support.browser import Browser
+from tests.support.browser import Browser, shot
 from tests.support.gateway import StartUpstream, start_process, stop_process, wait_ready
 from tests.support.legacy_api import legacy_app
 from tests.support.paths import REPO
@@ -124,6 +124,22 @@ async def test_the_loop_from_init_to_a_saved_rule_that_covers_its_gap(
             covered = {row["status"]: row["covered_by"] for row in gaps["signatures"]}
             assert covered["404"] == rule_id
             assert covered["403"] is None  # its own draft is not saved yet
+
+            # The XML 403's draft, on the code it states, tried (docs/img/console-draft.png).
+            await browser.open(f"{admin_url}/ui/gaps")
+            await browser.click(
+                f'section.gap[data-route="{route["name"]}"][data-status="403"] a.edit'
+            )
+            await browser.wait_for("return document.querySelector('textarea#rules') !== null;")
+            xml = yaml.safe_load(
+                await browser.script("return document.getElementById('rules').value;")
+            )
+            assert xml["rules"][0]["error"]["code"] == "AUDIT_FORBIDDEN"
+            assert xml["rules"][0]["match"]["body"] == "<code>AUDIT_FORBIDDEN</code>"
+            await browser.click("button#try")
+            await browser.wait_for("return document.getElementById('summary') !== null;")
+            assert await browser.text("#matched-count") == "3"  # its sample and two captures
+            await shot(browser, "draft")
 
             # Agents recover with the headers: the route moves to additive, from the console.
             await browser.open(f"{admin_url}/ui/routes")
