@@ -95,6 +95,17 @@ _XML_ELEMENTS = tuple(
     )
     for name in XML_MESSAGE_ELEMENTS
 )
+# The elements an XML error document states its code in: `<code>` (S3's `<Code>`, most XML
+# REST APIs), `<errorCode>`, SOAP 1.1's `<faultcode>` (its `soap:` prefix dropped from the
+# value); a value with markup inside (SOAP 1.2's `<Code><Value>`) is not one.
+XML_CODE_ELEMENTS = ("code", "errorcode", "faultcode")
+_XML_CODES = tuple(
+    regex.compile(
+        rf"<(?:[\w.\-]{{1,64}}:)?(?i:{name})(?:\s[^<>]{{0,500}})?>\s*([^<>]{{1,200}}?)\s*"
+        rf"</(?:[\w.\-]{{1,64}}:)?(?i:{name})\s*>"
+    )
+    for name in XML_CODE_ELEMENTS
+)
 _XML_CDATA = regex.compile(r"<!\[CDATA\[(.*?)\]\]>", regex.DOTALL)
 _XML_TAG = regex.compile(r"<[^<>]{0,500}>")
 _SENTENCE_END = (".", "!", "?", ":", ";", ",")
@@ -145,6 +156,20 @@ def xml_message(text: str) -> str | None:
             return words
         phrase = phrase or words or None
     return phrase
+
+
+def xml_code(text: str) -> tuple[str, str] | None:
+    """The code an XML error document states, and the element as the body holds it (for a
+    `body:` regex): `<error><code>AUDIT_FORBIDDEN</code>…` gives ("AUDIT_FORBIDDEN",
+    "<code>AUDIT_FORBIDDEN</code>"). A faultcode's namespace prefix is dropped from the code
+    (`soap:Server` → "Server")."""
+    head = text[:SCAN_CHARS]
+    lowered = head.lower()
+    for name, element in zip(XML_CODE_ELEMENTS, _XML_CODES, strict=True):
+        found = element.search(head) if f"{name}>" in lowered else None
+        if found is not None:
+            return html.unescape(found.group(1)).rpartition(":")[2], found.group(0)
+    return None
 
 
 def _xml_text(inner: str) -> str:
@@ -406,5 +431,6 @@ __all__ = [
     "says_only_status",
     "scrub",
     "text_message",
+    "xml_code",
     "xml_message",
 ]

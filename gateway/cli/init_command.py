@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 from gateway.config.loader import builtin_names
+from gateway.offline.draft_save import HEADER as DRAFTS_HEADER
 from gateway.offline.openapi import ApiDocument, OpenApiError, load
 from gateway.offline.probe import probe
-from gateway.offline.starter import TOKEN_FILE, Loop, build, render_fixtures
+from gateway.offline.starter import DRAFTS_FILE, TOKEN_FILE, Loop, build, render_fixtures
+from gateway.offline.yaml_writer import Mapping, Sequence, emit
 
 # Where frameworks serve their document when nobody says, tried in this order: FastAPI,
 # Litestar's OpenAPIController (`/schema/openapi.json`), Django Ninja mounted at `api/`,
@@ -49,13 +51,14 @@ def run_init(upstream: str, openapi: str | None, out: str, force: bool) -> int:
         return EXIT_INVALID
     answer = probe(upstream)
     captures = str(target.parent.resolve() / "captures")
-    loop = Loop(captures=captures, token_file=TOKEN_FILE)
+    loop = Loop(captures=captures, token_file=TOKEN_FILE, drafts_file=DRAFTS_FILE)
     starter = build(upstream, document, source, answer, builtin_names(), loop=loop)
     target.write_text(starter.config)
     print(f"wrote {target}: 1 route, {len(starter.rules)} rule(s) from the document", end="")
     print(f", packs: {', '.join(starter.packs) or 'the shipped fallbacks only'}")
     token = target.with_name(TOKEN_FILE)
     print(_write_token(token))
+    print(_write_drafts(target.with_name(DRAFTS_FILE)))
     if starter.fixtures:
         fixtures_path.write_text(render_fixtures(starter, target.name, fixtures_path.name))
         print(f"wrote {fixtures_path}: {len(starter.fixtures)} case(s)")
@@ -81,6 +84,17 @@ def _document(upstream: str, openapi: str | None) -> tuple[ApiDocument | None, s
             continue
     print("note: no OpenAPI document found (give one with --openapi FILE_OR_URL)")
     return None, None
+
+
+def _write_drafts(path: Path) -> str:
+    """The console's drafts file, `rules: []`; one already there is kept (it holds the rules
+    the console saved)."""
+    try:
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(emit(Mapping().add("rules", Sequence([])), DRAFTS_HEADER))
+    except FileExistsError:
+        return f"kept {path}: the rules the console saved"
+    return f"wrote {path}: where the console saves tried rules (console.drafts_file)"
 
 
 def _write_token(path: Path) -> str:

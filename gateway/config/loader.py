@@ -23,6 +23,7 @@ from gateway.config.loaded import (
 )
 from gateway.config.models import CallersSpec, GatewayConfig, KeysFile
 from gateway.config.route_model import RouteSpec
+from gateway.config.route_modes import apply_route_modes
 from gateway.config.rule_model import RulePack
 from gateway.config.salvage import is_inert, salvage
 from gateway.config.secrets import ADMIN_TOKEN_ENV, TOKEN_ENV, TokenError, read_tokens
@@ -175,6 +176,7 @@ def _assemble(
     )
     _add_pack(loaded, own, doc, problems, is_default=False)
     defaults: list[tuple[RulePack, YamlDoc]] = []
+    included: list[tuple[RulePack, YamlDoc]] = []  # the user's files, for `route_modes:`
     seen: set[str] = set()
     for index, entry in enumerate(config.include):
         line = doc.line_of(("include", index))
@@ -200,6 +202,10 @@ def _assemble(
             defaults.append((pack, pack_doc))
         else:
             _add_pack(loaded, pack, pack_doc, problems, is_default=False)
+        if name is None:
+            included.append((pack, pack_doc))
+    loaded.config, moves = apply_route_modes(loaded.config, included)
+    problems.extend(moves)
     if config.defaults:
         listed = {_builtin_name(e) for e in config.include}
         for name in SHAPE_PACKS:

@@ -19,7 +19,7 @@ from gateway.config.model_base import (
     Strict,
     _json_path,
 )
-from gateway.failure import Category, TransportKind
+from gateway.failure import Category, Mode, TransportKind
 
 
 class JsonMatch(Strict):
@@ -218,6 +218,9 @@ class RulePack(Strict):
     companions: list[str] | None = None
     skills: list[SkillSpec] = Field(default_factory=list)
     policies: list[PolicySpec] = Field(default_factory=list)
+    # In an included file only (the console's drafts file): a route of the main file moved
+    # one step along original → headers → additive → envelope (route_modes.py checks it).
+    route_modes: dict[str, Mode] = Field(default_factory=dict)
 
 
 class SkillSpec(Strict):

@@ -21,12 +21,14 @@ from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.loader import load_config
 from gateway.config.yamlsrc import YamlDoc, read_yaml
+from gateway.failure import Mode
 from gateway.offline.draft_try import DraftRefused, draft_rules_data
 from gateway.offline.yaml_writer import Mapping, UnsafeYaml, block, emit
 
 HEADER = (
     "Rules saved by the Mendpoint console (console.drafts_file), each tried first on its",
-    "samples. The console writes this file again as data when it saves: comments are not kept.",
+    "samples, and route modes it moved one step (route_modes). The console writes this file",
+    "again as data when it saves: comments are not kept.",
 )
 
 
@@ -49,11 +51,32 @@ def save_draft(loaded: LoadedConfig, text: str) -> Saved:
     kept = current.get("rules") or []
     if not isinstance(kept, list):
         raise DraftRefused(f"{target}: `rules:` is not a list; fix the file first")
+    _replace(loaded, target, {**current, "rules": [*kept, *posted]})
+    ids = tuple(str(rule.get("id")) for rule in posted if isinstance(rule, dict))
+    return Saved(target, ids)
+
+
+def save_mode(loaded: LoadedConfig, route: str, mode: Mode) -> str:
+    """Write `route_modes: {route: mode}` into the drafts file (checked first, as a saved
+    rule is: a route unknown or a mode more than one step away is refused by the loader,
+    gateway.config.route_modes); the drafts file's path."""
+    target = loaded.drafts_file
+    if target is None:
+        raise DraftRefused("moving a mode needs console.drafts_file in the config")
+    current = _current(target)
+    modes = current.get("route_modes") or {}
+    if not isinstance(modes, dict):
+        raise DraftRefused(f"{target}: `route_modes:` is not a mapping; fix the file first")
+    _replace(loaded, target, {**current, "route_modes": {**modes, route: mode.value}})
+    return target
+
+
+def _replace(loaded: LoadedConfig, target: str, data: dict[str, Any]) -> None:
+    """`data` laid out by the safe writer, checked as `mendpoint check` would, then put in
+    `target`'s place in one rename (the file unchanged when any step refuses)."""
     document = Mapping()
-    for key, value in current.items():
-        if key != "rules":
-            document.add(str(key), block(value))
-    document.add("rules", block([*kept, *posted]))
+    for key, value in data.items():
+        document.add(str(key), block(value))
     try:
         new_text = emit(document, HEADER)
     except UnsafeYaml as exc:
@@ -69,8 +92,6 @@ def save_draft(loaded: LoadedConfig, text: str) -> Saved:
     finally:
         if os.path.exists(staged):
             os.unlink(staged)
-    ids = tuple(str(rule.get("id")) for rule in posted if isinstance(rule, dict))
-    return Saved(target, ids)
 
 
 def _current(path: str) -> dict[str, Any]:

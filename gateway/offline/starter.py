@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from gateway.classify.html_message import looks_like_xml, xml_code
 from gateway.config.admin_address import DEFAULT_ADMIN
 from gateway.config.jsonpath import parse_json_path
 from gateway.config.loader import builtin_text
@@ -34,6 +35,7 @@ from gateway.offline.probe import Probe
 from gateway.offline.yaml_writer import Comment, Mapping, Noted, Sequence, block, emit
 
 TOKEN_FILE = "mendpoint-admin-token"
+DRAFTS_FILE = "console-drafts.yaml"
 """The admin token file `init` writes beside the config (and names relative to it)."""
 MAX_CODE_CHARS = 48
 """A drafted code's length at most: whole words, so `error.code` stays a readable constant."""
@@ -127,6 +129,9 @@ class ExampleCode:
     code: str
     json_path: str
     value: str
+    element: str | None = None
+    """For an XML body (`xml_stated_code`): the element as the body holds it,
+    `<code>AUDIT_FORBIDDEN</code>`, which a `body:` regex matches; `json_path` is then ""."""
 
 
 # Where a body states a machine-readable code, most specific first: `error.code` (AIP-193,
@@ -162,6 +167,17 @@ def stated_code(body: Any) -> ExampleCode | None:
                 code = upper_snake(name.replace(".", "_").replace("-", "_"))
                 return ExampleCode(code, path.text, value)
     return None
+
+
+def xml_stated_code(content_type: str, text: str) -> ExampleCode | None:
+    """The error code an XML body states in `<code>`, `<errorCode>` or `<faultcode>`."""
+    if not looks_like_xml(content_type, text):
+        return None
+    found = xml_code(text)
+    if found is None or not CODE_VALUE.fullmatch(found[0]):
+        return None
+    value, element = found
+    return ExampleCode(upper_snake(value.replace(".", "_").replace("-", "_")), "", value, element)
 
 
 def code_from_example(examples: tuple[Any, ...]) -> ExampleCode | None:
@@ -216,10 +232,13 @@ def example_path(template: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Loop:
-    """Where the retrofit loop keeps what it learns: the captures and the admin token file."""
+    """Where the retrofit loop keeps what it learns: the captures, the admin token file, and
+    the rule file the console may save to (`console.drafts_file`; None: the console stays
+    read-only, and nothing names a file that is not there)."""
 
     captures: str = "captures"
     token_file: str = TOKEN_FILE
+    drafts_file: str | None = None
 
 
 def build(
@@ -243,7 +262,11 @@ def build(
     config.note("Its token (written beside this file, mode 0600) is what `mendpoint gaps` and")
     config.note("`mendpoint suggest --from` send, and what POST /gaps/reset needs.")
     config.add("admin", DEFAULT_ADMIN).add("admin_token_file", loop.token_file)
-    _include(config, packs, probe)
+    _include(config, packs, probe, loop.drafts_file)
+    if loop.drafts_file is not None:
+        config.note("The console's Save (a tried rule) and its Routes page's move to additive")
+        config.note("write this file only; remove this block to keep the console read-only.")
+        config.add("console", Mapping().add("drafts_file", loop.drafts_file))
     config.add("routes", Sequence([_route(route, upstream, document, loop)]))
     for note in skipped:
         config.note(f"not a rule: {note}")
@@ -294,13 +317,20 @@ def _header(upstream: str, document: ApiDocument | None, source: str | None) -> 
     )
 
 
-def _include(config: Mapping, packs: list[str], probe: Probe | None) -> None:
+def _include(config: Mapping, packs: list[str], probe: Probe | None, drafts: str | None) -> None:
+    """The drafts file first (the rules the console saves match before any pack), then the
+    packs guessed."""
+    listed = [] if drafts is None else [drafts]
+    if drafts is not None:
+        config.note(f"{drafts}: the rules the console saves (console.drafts_file), first.")
     if not packs:
         config.note("No framework recognised; the shipped fallbacks classify every failure.")
-        return
-    why = f" (probe of {probe.path}: {probe.evidence})" if probe and probe.evidence else ""
-    config.note(f"review: packs guessed from the document and a probe of an unknown path{why}.")
-    config.add("include", [f"builtin:{p}" for p in packs])
+    else:
+        why = f" (probe of {probe.path}: {probe.evidence})" if probe and probe.evidence else ""
+        config.note(f"review: packs guessed from the document and a probe of an unknown path{why}.")
+    listed += [f"builtin:{p}" for p in packs]
+    if listed:
+        config.add("include", listed)
 
 
 def _route(route: str, upstream: str, document: ApiDocument | None, loop: Loop) -> Mapping:

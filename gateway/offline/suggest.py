@@ -4,7 +4,8 @@ match each group (docs/rules.md#drafts-from-traffic-capture-and-suggest).
 The failures come from a capture directory (a route's `capture:`) or from a running
 gateway's `/gaps`, whose every signature keeps one redacted sample: real requests and bodies
 either way, never a body made up from a signature. They are grouped by the code the body
-states, else by the signature `gaps` uses (route, status and the words with their variable
+states (a JSON code field, or an XML `<code>`, `<errorCode>` or `<faultcode>`), else by the
+signature `gaps` uses (route, status and the words with their variable
 parts masked). Each group gets its candidate drafts, most specific first: on the stated code,
 on the words at the JSON path that holds them, on the words in the raw body, on status and
 path alone. Which candidate is offered is decided by trying them (gateway.offline.draft_check);
@@ -28,7 +29,13 @@ from gateway.config.jsonpath import JsonPath, parse_json_path
 from gateway.config.models import DEFAULT_MESSAGE_PATHS
 from gateway.failure import Category
 from gateway.feedback.signatures import VARIABLE_MASKS, GapSample, normalise
-from gateway.offline.starter import ExampleCode, category_for, stated_code, upper_snake
+from gateway.offline.starter import (
+    ExampleCode,
+    category_for,
+    stated_code,
+    upper_snake,
+    xml_stated_code,
+)
 
 MAX_SAMPLES = 3
 """Samples a draft keeps as its fixtures."""
@@ -168,9 +175,13 @@ def groups_of(samples: list[Sample], paths: tuple[JsonPath, ...] = DEFAULT_PATHS
     grouped: dict[tuple[str, int, str], list[Sample]] = defaultdict(list)
     stated: dict[tuple[str, int, str], ExampleCode] = {}
     for sample in samples:
-        code = stated_code(json_of(sample.body))
+        code = stated_code(json_of(sample.body)) or xml_stated_code(
+            sample.content_type, sample.body
+        )
         signature = (
-            f"code {code.json_path} {code.value}" if code else normalise(words(sample, paths)[1])
+            f"code {code.json_path or code.element} {code.value}"
+            if code
+            else normalise(words(sample, paths)[1])
         )
         key = (sample.route, sample.status, signature)
         grouped[key].append(sample)
@@ -214,7 +225,9 @@ def candidates(group: Group, paths: tuple[JsonPath, ...], taken: set[str]) -> li
     """The ways a rule could match `group`, most specific first, all under one id and code."""
     route, status, samples = group.route, group.status, group.samples
     code_source = "the message's stable words"
-    if group.stated is not None:
+    if group.stated is not None and group.stated.element is not None:
+        code, code_source = group.stated.code, f"the body's {group.stated.element} element"
+    elif group.stated is not None:
         code, code_source = group.stated.code, f"the body's {group.stated.json_path} field"
     else:
         code = _code(words(samples[0], paths)[1], status)
@@ -235,7 +248,10 @@ def candidates(group: Group, paths: tuple[JsonPath, ...], taken: set[str]) -> li
         checked=samples[:50],
     )
     found: list[Draft] = []
-    if group.stated is not None:
+    if group.stated is not None and group.stated.element is not None:
+        how = f"the body's {group.stated.element}"
+        found.append(replace(base, pattern=_escape(group.stated.element), how=how))
+    elif group.stated is not None:
         value = "^" + _escape(group.stated.value) + "$"
         how = f"the body's {group.stated.json_path}"
         found.append(replace(base, json_path=group.stated.json_path, pattern=value, how=how))

@@ -489,6 +489,42 @@ CASES: dict[str, Bad] = {
     "yaml-bad-tag": Bad(
         HEAD + "enrich_budget_ms: !!int soon\n", "gateway.yaml:4: enrich_budget_ms", "invalid value"
     ),
+    # --- route_modes: a route's mode moved one step by an included file ----------------------
+    "route-modes-unknown-route": Bad(
+        HEAD + "include: [drafts.yaml]\n",
+        "drafts.yaml:3: route_modes.apii",
+        "no route of the main config is named 'apii' (routes: api)",
+        files={"drafts.yaml": "rules: []\nroute_modes:\n  apii: envelope\n"},
+    ),
+    "route-modes-two-steps": Bad(
+        HEAD + "    mode: headers\ninclude: [drafts.yaml]\n",
+        "drafts.yaml:2: route_modes.api",
+        "route 'api' is in mode headers in the main config: an included file moves it one "
+        "step at most (headers or additive), not to envelope",
+        files={"drafts.yaml": "route_modes:\n  api: envelope\n"},
+    ),
+    "route-modes-a-step-back": Bad(
+        HEAD + "include: [drafts.yaml]\n",
+        "drafts.yaml:2: route_modes.api",
+        "is in mode additive in the main config: an included file moves it one step at most "
+        "(additive or envelope), not to headers",
+        files={"drafts.yaml": "route_modes:\n  api: headers\n"},
+    ),
+    "route-modes-moved-by-two-files": Bad(
+        HEAD + "include: [a.yaml, b.yaml]\n",
+        "b.yaml:2: route_modes.api",
+        "route 'api' is already moved by @DIR@/a.yaml:2",
+        files={
+            "a.yaml": "route_modes:\n  api: envelope\n",
+            "b.yaml": "route_modes:\n  api: envelope\n",
+        },
+    ),
+    "route-modes-not-a-mode": Bad(
+        HEAD + "include: [drafts.yaml]\n",
+        "drafts.yaml:2: route_modes.api",
+        "'additive'",
+        files={"drafts.yaml": "route_modes:\n  api: additve\n"},
+    ),
     # --- includes ------------------------------------------------------------------------------
     "include-missing-file": Bad(
         HEAD + "include:\n  - builtin:http-defaults\n  - missing.yaml\n",

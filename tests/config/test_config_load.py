@@ -314,3 +314,19 @@ def test_every_builtin_pack_loads(tmp_path: Path, name: str) -> None:
     assert [r.spec.id for r in loaded.rules] == [r.id for r in pack.rules]
     assert all(r.source.file == f"{BUILTIN_PREFIX}{name}" for r in loaded.rules)
     assert all(r.source.line is not None for r in loaded.rules)
+
+
+def test_an_included_file_moves_a_route_one_step(tmp_path: Path) -> None:
+    """`route_modes:` in an included file (the console's drafts file) sets the route's mode
+    after the main file's routes are read; the other routes keep theirs."""
+    (tmp_path / "drafts.yaml").write_text("rules: []\nroute_modes:\n  legacy: additive\n")
+    (tmp_path / "gateway.yaml").write_text(
+        "include: [drafts.yaml]\nroutes:\n"
+        "  - {name: legacy, prefix: /a, upstream: 'http://127.0.0.1:9000', mode: headers}\n"
+        "  - {name: other, prefix: /b, upstream: 'http://127.0.0.1:9001', mode: headers}\n"
+    )
+    loaded = load_config(str(tmp_path / "gateway.yaml"))
+    assert [(r.name, r.mode) for r in loaded.config.routes] == [
+        ("legacy", Mode.ADDITIVE),
+        ("other", Mode.HEADERS),
+    ]

@@ -249,7 +249,8 @@ async def test_init_then_check_then_serve_gives_specific_codes(
 
 def test_init_starts_the_retrofit_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`headers` mode, capture of what only a fallback names, the admin listener on loopback
-    with a token file written 0600 beside the config (kept when init runs again), and a
+    with a token file written 0600 beside the config (kept when init runs again), the
+    console's drafts file written and included (kept too: it holds saved rules), and a
     config `check` accepts as it is."""
     out = tmp_path / "mendpoint.yaml"
     argv = ["init", "--upstream", "http://127.0.0.1:9", "--out", str(out)]
@@ -260,14 +261,22 @@ def test_init_starts_the_retrofit_loop(tmp_path: Path, capsys: pytest.CaptureFix
     assert route["capture"] == {"dir": str(tmp_path / "captures"), "only": "unmatched"}
     assert written["admin"] == "127.0.0.1:8491"
     assert written["admin_token_file"] == "mendpoint-admin-token"
+    assert written["console"] == {"drafts_file": "console-drafts.yaml"}
+    assert written["include"] == ["console-drafts.yaml"]
+    drafts = tmp_path / "console-drafts.yaml"
+    assert yaml.safe_load(drafts.read_text()) == {"rules": []}
     token = tmp_path / "mendpoint-admin-token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert len(token.read_text().strip()) == 64
     assert "wrote " + str(token) in capsys.readouterr().out
     first = token.read_text()
+    saved = "rules: []\nroute_modes: {api: additive}\n"
+    drafts.write_text(saved)
     assert main([*argv, "--force"]) == 0
     assert token.read_text() == first  # its clients have it: kept
-    assert "kept" in capsys.readouterr().out
+    assert drafts.read_text() == saved  # what the console saved: kept
+    said = capsys.readouterr().out
+    assert f"kept {token}" in said and f"kept {drafts}" in said
     assert main(["check", "--config", str(out)]) == 0
 
 

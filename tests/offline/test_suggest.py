@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import regex
 import yaml
 from aiohttp import web
 from multidict import CIMultiDict
@@ -21,6 +22,7 @@ from gateway.feedback.capture import SUFFIX, load_dir
 from gateway.offline.suggest import DEFAULT_PATHS, Sample, candidates, common_glob, groups_of
 from gateway.serve.generation import CAPTURES
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
+from tests.support.legacy_api import XML_403
 
 # A burst of mixed traffic: successes and every kind of failure the demo API has, with
 # varying ids and bodies (the issue's "minute of traffic", compressed into one round).
@@ -347,3 +349,35 @@ def test_a_draft_is_named_by_the_upstreams_own_code(body: dict[str, Any], code: 
     sample = Sample("api", "GET", "/widgets/7", 404, "application/json", json.dumps(body), message)
     [group] = groups_of([sample])
     assert {d.code for d in candidates(group, DEFAULT_PATHS, set())} == {code}
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "element"),
+    [
+        (XML_403, "AUDIT_FORBIDDEN", "<code>AUDIT_FORBIDDEN</code>"),
+        (
+            '<?xml version="1.0"?><Error><Code>NoSuchKey</Code>'
+            "<Message>The specified key does not exist.</Message></Error>",
+            "NO_SUCH_KEY",
+            "<Code>NoSuchKey</Code>",
+        ),
+        (
+            '<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body>'
+            "<soap:Fault><faultcode>soap:Client</faultcode><faultstring>Quota exhausted"
+            "</faultstring></soap:Fault></soap:Body></soap:Envelope>",
+            "CLIENT",
+            "<faultcode>soap:Client</faultcode>",
+        ),
+    ],
+)
+def test_an_xml_draft_is_named_by_and_matched_on_the_code_element(
+    body: str, code: str, element: str
+) -> None:
+    """The code an XML error states (`<code>`, S3's `<Code>`, SOAP's `<faultcode>`) names the
+    draft and is what its first candidate matches, in the raw body: not only the message."""
+    sample = Sample("api", "GET", "/audit", 403, "application/xml", body, "")
+    [group] = groups_of([sample])
+    first, *_ = candidates(group, DEFAULT_PATHS, set())
+    assert (first.code, first.json_path, first.how) == (code, None, f"the body's {element}")
+    assert first.pattern is not None and regex.search(first.pattern, body)
+    assert regex.fullmatch(first.pattern, element)

@@ -183,6 +183,9 @@ async def test_drafts_win_their_own_samples_and_their_gaps_close(
         assert set(rules) == DRAFTED
         assert {s: rules[s]["match"]["path"] for s in DRAFTED} == PATHS
         assert rules[404]["match"]["json"] == {"path": "errorCode", "regex": "^E1004$"}
+        # The XML 403 is drafted on the code it states, not only on its message's words.
+        assert rules[403]["error"]["code"] == "AUDIT_FORBIDDEN"
+        assert rules[403]["match"]["body"] == "<code>AUDIT_FORBIDDEN</code>"
         assert rules[409]["error"]["code"] == "AN_ACCOUNT_WITH_THIS_EMAIL_ALREADY_EXISTS"
         assert rules[409]["match"]["json"]["path"] == "errMsg"
         for status_code in DRAFTED:

@@ -9,6 +9,7 @@ each step in a thread so the gateway under test, on the test's event loop, keeps
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,3 +114,14 @@ class Browser:
 
     async def screenshot(self, path: Path) -> None:
         await self.run(self.driver.save_screenshot, str(path))
+
+
+async def shot(browser: Browser, name: str, at: str | None = None) -> None:
+    """docs/img/console-NAME.png when MENDPOINT_CONSOLE_SHOTS names a directory (`make
+    console-screenshots`), scrolled to `at` if given; nothing otherwise."""
+    shots = os.environ.get("MENDPOINT_CONSOLE_SHOTS")
+    if not shots:
+        return
+    if at is not None:
+        await browser.script("document.querySelector(arguments[0]).scrollIntoView();", at)
+    await browser.screenshot(Path(shots) / f"console-{name}.png")

@@ -93,5 +93,13 @@ def saved(path: str, ids: tuple[str, ...], reloaded: str) -> str:
     )
 
 
+def moved(route: str, path: str, reloaded: str) -> str:
+    return (
+        f'<p class="ok" id="moved" role="status">Route <code>{esc(route)}</code> moved to '
+        f"<code>additive</code> in <code>{esc(path)}</code> (<code>route_modes:</code>). "
+        f"{esc(reloaded)}</p>"
+    )
+
+
 def refusal(message: str) -> str:
     return f'<p class="error" role="alert">{esc(message)}</p>'

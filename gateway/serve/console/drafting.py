@@ -3,9 +3,10 @@
 GET /ui/draft opens a gap's drafted rule (the Gaps page's, gateway.serve.console.views) in an
 editor; POST /ui/draft/try runs the edited file on the gap's sample and on every captured
 one (gateway.offline.draft_try: `explain` with the running config plus the draft, nothing
-reloaded). POST /ui/draft/save and POST /ui/mode write, and only when the config opts in
-with `console.drafts_file` (else 404) and the admin listener has a token (else 403): the
-token, or the session it signed in, was checked by the admin guard, and a foreign Origin
+reloaded). POST /ui/draft/save and POST /ui/mode (a route's `headers` moved to `additive`,
+written as `route_modes:`) write, and only when the config opts in with
+`console.drafts_file` (else 404) and the admin listener has a token (else 403): the token,
+or the session it signed in, was checked by the admin guard, and a foreign Origin
 refused by the console's (pages.guard). Every write, and every refused write, is logged
 (docs/operations.md#console, docs/security.md#console).
 """
@@ -22,7 +23,7 @@ from gateway.config.loaded import LoadedConfig
 from gateway.failure import Mode
 from gateway.feedback.signatures import Gap
 from gateway.offline.draft_check import explained
-from gateway.offline.draft_save import save_draft
+from gateway.offline.draft_save import save_draft, save_mode
 from gateway.offline.draft_try import DraftRefused, try_draft
 from gateway.offline.explain import Sample
 
@@ -112,29 +113,43 @@ async def save(loaded: LoadedConfig, text: str, reload: Reload | None, who: str)
     return draft_html.saved(done.path, done.ids, said)
 
 
-def mode_step(loaded: LoadedConfig, route: str) -> tuple[int, str]:
-    """Moving a route's mode one step (headers → additive): written only to the drafts
-    file, and only where the route is defined there. An included rule file holds rules,
-    commands, skills and policies, never routes; so this says where the route is, and
-    what to change there."""
+async def move_mode(
+    loaded: LoadedConfig, route: str, reload: Reload | None, who: str
+) -> tuple[int, str]:
+    """A route's mode moved one step (headers → additive), written as `route_modes:` to the
+    drafts file (gateway.config.route_modes: checked by the loader first) and reloaded: the
+    HTTP status and the HTML to show."""
     spec = next((r for r in loaded.config.routes if r.name == route), None)
+    refused: tuple[int, str] | None = None
     if spec is None:
-        return 404, f"no route of the running config is named {route!r}"
-    if spec.mode != Mode.HEADERS:
-        return (
+        refused = 404, f"no route of the running config is named {route!r}"
+    elif spec.mode != Mode.HEADERS:
+        refused = (
             409,
-            f"route {route!r} is in mode {spec.mode.value}: only headers moves (to additive)",
+            (
+                f"route {route!r} is in mode {spec.mode.value}: only headers moves (to additive) "
+                "from the console"
+            ),
         )
-    doc = loaded.docs.get(loaded.source)
-    index = loaded.config.routes.index(spec)
-    line = doc.line_of(("routes", index)) if doc is not None else None
-    where = f"{loaded.source}:{line}" if line is not None else loaded.source
-    return 409, (
-        f"route {route!r} is defined in {where}, not in console.drafts_file "
-        f"({loaded.drafts_file}), and an included file cannot define routes: the console "
-        f"writes only that file. Set `mode: additive` on the route there; the gateway reloads "
-        "when the file changes"
-    )
+    if refused is not None:
+        log.warning("console: mode change of %r refused (from %s): %s", route, who, refused[1])
+        return refused[0], draft_html.refusal(refused[1])
+    async with _SAVING:
+        try:
+            path = await asyncio.get_running_loop().run_in_executor(
+                None, save_mode, loaded, route, Mode.ADDITIVE
+            )
+        except DraftRefused as exc:
+            log.warning("console: mode change of %r refused (from %s): %s", route, who, exc)
+            return 409, draft_html.refusal(str(exc))
+    log.info("console: route %r moved to additive in %s (from %s)", route, path, who)
+    if reload is None:
+        said = "The gateway reloads when it sees the file change."
+    elif await reload():
+        said = "The gateway reloaded."
+    else:
+        said = "The reload failed: the running config is kept (GET /config says why)."
+    return 200, draft_html.moved(route, path, said)
 
 
 def who(request: web.Request) -> str:

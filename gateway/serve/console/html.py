@@ -73,7 +73,9 @@ def login(message: str | None) -> str:
 # --- Routes -----------------------------------------------------------------------------------
 
 
-def routes(rows: list[RouteRow], recent: Recent) -> str:
+def routes(rows: list[RouteRow], recent: Recent, movable: bool = False) -> str:
+    """`movable`: the config opts in to console writes (console.drafts_file and an admin
+    token), so a `headers` route shows a button moving it to `additive` (POST /ui/mode)."""
     span = _span(recent.span_s)
     head = (
         "<tr><th>route</th><th>type</th><th>prefix</th><th>mode</th><th>rollout</th>"
@@ -91,7 +93,8 @@ def routes(rows: list[RouteRow], recent: Recent) -> str:
             f'<tr data-route="{esc(row.name)}"><td><strong>{esc(row.name)}</strong>'
             f'<div class="sub">{esc(row.upstream)}</div></td>'
             f"<td>{esc(row.type)}</td><td><code>{esc(row.prefix)}</code></td>"
-            f'<td><span class="mode mode-{esc(row.mode)}">{esc(row.mode)}</span></td>'
+            f'<td><span class="mode mode-{esc(row.mode)}">{esc(row.mode)}</span>'
+            f"{_move_button(row) if movable else ''}</td>"
             f"<td>{esc(row.rollout)}</td><td class=num>{figures.requests}</td>"
             f'<td class="failures">{failures}</td><td class="num upgraded">{upgraded}</td>'
             f'<td class="fallbacks">{fallbacks}</td></tr>'
@@ -104,6 +107,17 @@ def routes(rows: list[RouteRow], recent: Recent) -> str:
         "answer because enrichment failed, ran over budget or the body was too large.</p>"
         f'<table class="grid" id="routes"><thead>{head}</thead><tbody>{"".join(body)}</tbody>'
         "</table>"
+    )
+
+
+def _move_button(row: RouteRow) -> str:
+    if row.mode != "headers":
+        return ""
+    return (
+        '<form method="post" action="/ui/mode" class="move-mode">'
+        f'<input type="hidden" name="route" value="{esc(row.name)}">'
+        '<button type="submit" title="written to console.drafts_file as route_modes:, then '
+        'reloaded">to additive</button></form>'
     )
 
 

@@ -175,13 +175,17 @@ def _page(current: str, title: str, body: str, request: web.Request | None = Non
     return web.Response(text=text, content_type="text/html")
 
 
-async def _routes(request: web.Request) -> web.Response:
+async def _routes(request: web.Request, said: str = "") -> web.Response:
+    """`said`: what a mode move did (POST /ui/mode), above the table; that page does not
+    refresh itself (a refresh would post again)."""
     sources = request.app[SOURCES]
     recent = sources.counts.recent()
-    rows = views.route_rows(sources.config().config, recent)
+    loaded = sources.config()
+    rows = views.route_rows(loaded.config, recent)
     hour = timeline.hour(sources.counts.minutes())
-    body = html.routes(rows, recent) + charts.routes_charts(hour, [row.name for row in rows])
-    return _page("routes", "Routes", body, request)
+    movable = drafting.can_save(loaded, sources.tokens is not None) is None
+    body = html.routes(rows, recent, movable) + charts.routes_charts(hour, [r.name for r in rows])
+    return _page("routes", "Routes", said + body, None if said else request)
 
 
 async def _gaps(request: web.Request) -> web.Response:
@@ -242,17 +246,18 @@ async def _draft_save(request: web.Request) -> web.Response:
 
 
 async def _mode(request: web.Request) -> web.Response:
-    """A route's mode one step (headers → additive): see drafting.mode_step."""
-    loaded = request.app[SOURCES].config()
-    refusal = drafting.can_save(loaded, request.app[SOURCES].tokens is not None)
+    """A route's mode one step (headers → additive): see drafting.move_mode; the Routes page
+    again, under what was done or refused."""
+    sources = request.app[SOURCES]
+    loaded = sources.config()
+    refusal = drafting.can_save(loaded, sources.tokens is not None)
     if refusal is not None:
         return _plain(404 if loaded.drafts_file is None else 403, refusal)
     route = str((await request.post()).get("route", ""))
-    status, text = drafting.mode_step(loaded, route)
-    drafting.log.warning(
-        "console: mode change of %r refused (from %s): %s", route, drafting.who(request), text
-    )
-    return _plain(status, text)
+    status, said = await drafting.move_mode(loaded, route, sources.reload, drafting.who(request))
+    response = await _routes(request, said)
+    response.set_status(status)
+    return response
 
 
 async def _posted(request: web.Request) -> dict[str, str]:

@@ -14,7 +14,6 @@ screenshot there: the docs' pictures come from this setup.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from tests.support.agents import (
     retry_everything,
     run_all,
 )
-from tests.support.browser import Browser
+from tests.support.browser import Browser, shot
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.paths import REPO
 from tests.support.secrets import write_secret
@@ -45,17 +44,7 @@ XSS_SIGNATURE = "<script>window.__xss = 1</script> is not a known widget"
 XSS_BODY_HTML = '<img src=x onerror="window.__xss = 2">'
 XSS_TEXTAREA = "</textarea><script>window.__xss = 3</script>"
 TOKEN = "c0ffee00c0ffee00c0ffee00c0ffee00"
-SHOTS = os.environ.get("MENDPOINT_CONSOLE_SHOTS")
 DURATION = re.compile(rb'"duration_ms": \d+')
-
-
-async def shot(browser: Browser, name: str, at: str | None = None) -> None:
-    """docs/img/console-NAME.png (`make console-screenshots`), scrolled to `at` if given."""
-    if not SHOTS:
-        return
-    if at is not None:
-        await browser.script("document.querySelector(arguments[0]).scrollIntoView();", at)
-    await browser.screenshot(Path(SHOTS) / f"console-{name}.png")
 
 
 def widgets_app() -> web.Application:

@@ -10,17 +10,19 @@ scripted agents caused, and the pages still run under the console's strict CSP.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.serve.console import charts
+from gateway.serve.console.pages import SOURCES
 from gateway.serve.console.timeline import hour
 from gateway.serve.console.window import RecentCounts
 from gateway.telemetry.metrics import samples_of
 from tests.support.agents import EXPECTED, orders_app, run_all
-from tests.support.browser import Browser
+from tests.support.browser import Browser, shot
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream
 from tests.support.legacy_api import legacy_app
 
@@ -133,3 +135,45 @@ async def test_the_agents_chart_shows_the_recovery_rate_per_code(
         recovered = [int(n) for n in await browser.attrs(css, "data-recovered")]
         assert settled == [row["failures"]], code
         assert recovered == [row["recovered"] + row["retried_as_advised"]], code
+
+
+async def test_thirteen_minutes_of_a_legacy_api_drawn_by_minute(
+    browser: Browser, start_gateway: StartGateway, start_upstream: StartUpstream
+) -> None:
+    """The Routes chart over 13 minutes of a legacy API's failures in additive mode: the
+    counts are the gateway's own, and the test moves the console's clock a minute at a time
+    (an hour of traffic is not waited for). `make console-screenshots` takes
+    docs/img/console-charts.png here."""
+    upstream = await start_upstream(legacy_app())
+    config = {"routes": [{"name": "api", "prefix": "/", "upstream": upstream, "mode": "additive"}]}
+    gateway = await start_gateway(config, admin="127.0.0.1:0")
+    assert gateway.server.admin_runner is not None
+    counts = gateway.server.admin_runner.app[SOURCES].counts
+    clock = Clock()
+    clock.now = time.monotonic()
+    counts._clock = clock  # the minutes' clock, moved by the test
+    counts.tick()
+    sent = []
+    for minute in range(13):
+        mix = (
+            ("/health", 30 + 7 * (minute % 4)),
+            ("/accounts/7", 8 + minute % 5),
+            ("/audit", 6 + minute % 3),
+            ("/rates", 5 + (minute * 3) % 7),
+            ("/status", 4 if minute in (2, 3, 9) else 1),
+        )
+        for path, times in mix:
+            for _ in range(times):
+                async with gateway.session.get(gateway.url + path) as answer:
+                    await answer.read()
+        sent.append(sum(times for _, times in mix))
+        clock.now += 60
+        counts.tick()
+
+    await browser.open(admin_url(gateway, "/ui/routes"))
+    chart = 'section.timeline[data-route="api"]'
+    bars = [int(n) for n in await browser.attrs(f"{chart} rect.requests", "data-requests")]
+    assert bars[:13] == sent
+    shares = await browser.attrs(f"{chart} circle.share", "data-share")
+    assert shares[:13] == ["1.000"] * 13  # additive: every classified failure upgraded
+    await shot(browser, "charts", at="#last-hour")

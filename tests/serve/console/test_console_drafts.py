@@ -3,7 +3,7 @@ against a gateway in headers mode in front of the legacy API (tests/support/lega
 a gap's draft opened in the editor, edited, tried on the gap's sample and the captures, saved
 to `console.drafts_file`, the gateway reloaded, and the gap `covered_by` the saved rule. And
 what the console refuses: a save without the opt-in (404) or without a token (403), from a
-foreign Origin, a rule `check` refuses, and a route's mode that is not in the drafts file.
+foreign Origin, a rule `check` refuses, and a route's mode moved twice.
 """
 
 from __future__ import annotations
@@ -173,7 +173,13 @@ async def test_what_the_console_refuses_to_write(
         assert [r["id"] for r in yaml.safe_load(drafts.read_text())["rules"]] == ["gone"]
         mode = admin_url(gateway, "/ui/mode")
         async with session.post(mode, data={"route": name}, headers=BEARER) as answer:
-            assert answer.status == 409
-            said = await answer.text()
-            assert f"route {name!r} is defined in {tmp_path / 'gateway.yaml'}:" in said
-            assert "an included file cannot define routes" in said
+            assert answer.status == 200 and 'id="moved"' in await answer.text()
+        saved = yaml.safe_load(drafts.read_text())
+        assert saved["route_modes"] == {name: "additive"}
+        assert [r["id"] for r in saved["rules"]] == ["gone"]  # the rules kept as they were
+        async with session.post(mode, data={"route": name}, headers=BEARER) as answer:
+            assert answer.status == 409  # additive moves no further from the console
+        async with session.post(
+            admin_url(read_only_gw, "/ui/mode"), data={"route": name}, headers=BEARER
+        ) as answer:
+            assert answer.status == 404

@@ -5,7 +5,8 @@ keys, XML, HTML and text errors), the console driven in headless Chromium.
 `init` → `check` → `serve` in headers mode with capture → traffic → the Gaps page → a draft
 opened, tried on its own samples and the captures, saved to `console.drafts_file` → the
 gateway reloads once (not again when its file watcher sees the file it just read) → the gap
-reads `covered_by` the saved rule → the route moved to `additive` → `/followups` rows with
+reads `covered_by` the saved rule → the route moved to `additive` by the Routes page's button
+(`route_modes:` in the drafts file) → `/followups` rows with
 `open`. Slow (`make test-slow`): two processes, a browser, and the watcher's poll.
 """
 
@@ -20,7 +21,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.support.browser import Browser
+from tests.support.browser import Browser, shot
 from tests.support.gateway import StartUpstream, start_process, stop_process, wait_ready
 from tests.support.legacy_api import legacy_app
 from tests.support.paths import REPO
@@ -72,14 +73,9 @@ async def test_the_loop_from_init_to_a_saved_rule_that_covers_its_gap(
     config = yaml.safe_load(config_path.read_text())
     (route,) = config["routes"]
     assert route["mode"] == "headers" and route["capture"]["only"] == "unmatched"
+    assert config["console"]["drafts_file"] in config["include"]  # init opted in
     port, admin = free_port(), free_port()
-    (tmp_path / "console-drafts.yaml").write_text("rules: []\n")
-    config |= {
-        "listen": f"127.0.0.1:{port}",
-        "admin": f"127.0.0.1:{admin}",
-        "include": ["console-drafts.yaml"],
-        "console": {"drafts_file": "console-drafts.yaml"},
-    }
+    config |= {"listen": f"127.0.0.1:{port}", "admin": f"127.0.0.1:{admin}"}
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     code, said = await run("check", "--config", str(config_path))
     assert code == 0 and ": OK — 1 route(s)" in said, said
@@ -129,14 +125,34 @@ async def test_the_loop_from_init_to_a_saved_rule_that_covers_its_gap(
             assert covered["404"] == rule_id
             assert covered["403"] is None  # its own draft is not saved yet
 
-            # Agents recover with the headers: the route moves to additive.
-            config["routes"][0]["mode"] = "additive"
-            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-            for _ in range(100):
-                status = await admin_json(session, f"{admin_url}/config", token)
-                if status["generation"] == 3:
-                    break
-                await asyncio.sleep(0.1)
+            # The XML 403's draft, on the code it states, tried (docs/img/console-draft.png).
+            await browser.open(f"{admin_url}/ui/gaps")
+            await browser.click(
+                f'section.gap[data-route="{route["name"]}"][data-status="403"] a.edit'
+            )
+            await browser.wait_for("return document.querySelector('textarea#rules') !== null;")
+            xml = yaml.safe_load(
+                await browser.script("return document.getElementById('rules').value;")
+            )
+            assert xml["rules"][0]["error"]["code"] == "AUDIT_FORBIDDEN"
+            assert xml["rules"][0]["match"]["body"] == "<code>AUDIT_FORBIDDEN</code>"
+            await browser.click("button#try")
+            await browser.wait_for("return document.getElementById('summary') !== null;")
+            assert await browser.text("#matched-count") == "3"  # its sample and two captures
+            await shot(browser, "draft")
+
+            # Agents recover with the headers: the route moves to additive, from the console.
+            await browser.open(f"{admin_url}/ui/routes")
+            row = f'tr[data-route="{route["name"]}"]'
+            await browser.click(f"{row} form.move-mode button")
+            await browser.wait_for("return document.getElementById('moved') !== null;")
+            assert "The gateway reloaded." in await browser.text("#moved")
+            assert await browser.text(f"{row} span.mode") == "additive"
+            assert await browser.count("form.move-mode") == 0
+            moved = yaml.safe_load((tmp_path / "console-drafts.yaml").read_text())
+            assert moved["route_modes"] == {route["name"]: "additive"}
+            await asyncio.sleep(2.5)  # the watcher's poll and debounce: no second reload
+            status = await admin_json(session, f"{admin_url}/config", token)
             assert status["generation"] == 3, status
             async with session.get(f"http://127.0.0.1:{port}/accounts/14") as answer:
                 body = await answer.json()
@@ -149,4 +165,5 @@ async def test_the_loop_from_init_to_a_saved_rule_that_covers_its_gap(
         code, stderr = await stop_process(process)
     assert code == 0, stderr
     assert "console: saved rule(s) " + rule_id in stderr
+    assert f"console: route {route['name']!r} moved to additive" in stderr
     assert stderr.count("config reloaded from") == 2, stderr

@@ -278,3 +278,76 @@ async def test_a_save_in_the_console_reloads_every_worker_once(
     log = (tmp_path / "gateway.log").read_text()
     assert log.count("config reloaded from") == 2, log  # once per worker
     assert "console: saved rule(s) widget-unknown" in log
+
+
+async def fresh_body(url: str) -> dict[str, Any]:
+    """The JSON body of one request on a connection of its own (a worker the kernel picks)."""
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session, session.get(url) as answer:
+        body: dict[str, Any] = json.loads(await answer.read())
+        return body
+
+
+async def test_a_route_moved_to_additive_in_the_console_answers_so_from_every_worker(
+    start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    """POST /ui/mode writes `route_modes: {widgets: additive}` to console.drafts_file and
+    reloads: every worker then adds the advice to the body. A second move, an unknown route,
+    no token and a foreign Origin are refused, the file left as it was."""
+    upstream = await start_upstream(widgets_app())
+    port, admin = free_port(), free_port()
+    token = "6b8f6b8f6b8f6b8f6b8f6b8f6b8f6b8f"
+    write_secret(tmp_path / "admin-token", token + "\n")
+    drafts = tmp_path / "drafts.yaml"
+    drafts.write_text("rules: []\n")
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "admin": f"127.0.0.1:{admin}",
+        "admin_token_file": "admin-token",
+        "include": ["drafts.yaml"],
+        "console": {"drafts_file": "drafts.yaml"},
+        "routes": [{"name": "widgets", "prefix": "/", "upstream": upstream, "mode": "headers"}],
+    }
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    url = f"http://127.0.0.1:{port}/widgets/1"
+    mode = f"http://127.0.0.1:{admin}/ui/mode"
+    bearer = {"Authorization": f"Bearer {token}"}
+    async with supervised(path, f"127.0.0.1:{admin}", tmp_path), aiohttp.ClientSession() as s:
+        assert [await fresh_body(url) for _ in range(4)] == [
+            {"message": "Widget 1 is not a known widget"}
+        ] * 4
+        async with s.get(f"http://127.0.0.1:{admin}/ui/routes", headers=bearer) as answer:
+            assert 'action="/ui/mode"' in await answer.text()
+        async with s.post(mode, data={"route": "widgets"}) as answer:
+            assert answer.status == 401
+        foreign = {**bearer, "Origin": "http://evil.example"}
+        async with s.post(mode, data={"route": "widgets"}, headers=foreign) as answer:
+            assert answer.status == 403
+        async with s.post(mode, data={"route": "gadgets"}, headers=bearer) as answer:
+            assert answer.status == 404 and "is named &#x27;gadgets" in await answer.text()
+        assert drafts.read_text() == "rules: []\n"
+        async with s.post(mode, data={"route": "widgets"}, headers=bearer) as answer:
+            said = await answer.text()
+            assert answer.status == 200 and 'id="moved"' in said, said
+            assert "The gateway reloaded." in said
+            assert '<span class="mode mode-additive">additive</span>' in said
+        assert yaml.safe_load(drafts.read_text()) == {
+            "rules": [],
+            "route_modes": {"widgets": "additive"},
+        }
+        deadline = time.monotonic() + patience(10)
+        while any(["error" not in await fresh_body(url) for _ in range(16)]):
+            assert time.monotonic() < deadline, "a worker still answers in headers mode"
+            await asyncio.sleep(0.2)
+        body = await fresh_body(url)
+        assert body["message"] == "Widget 1 is not a known widget"
+        assert body["error"]["code"] == "NOT_FOUND"
+        async with s.post(mode, data={"route": "widgets"}, headers=bearer) as answer:
+            assert answer.status == 409
+            assert "is in mode additive" in await answer.text()
+        async with s.get(f"http://127.0.0.1:{admin}/config", headers=bearer) as answer:
+            assert (await answer.json())["generation"] == 2
+    log = (tmp_path / "gateway.log").read_text()
+    assert "console: route 'widgets' moved to additive" in log
+    assert "console: mode change of 'gadgets' refused" in log
