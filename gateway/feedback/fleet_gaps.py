@@ -32,6 +32,9 @@ from gateway.feedback.signatures import (
 from gateway.feedback.store import COUNTS_TTL_S, FleetStore, Keys, Operation
 
 MAX_GAP_TEXT = 4096
+MAX_GAP_STATUS = 32
+"""A signature's status at most: `transport:connect_refused` and `mcp:reported_success`
+are past 16, the bound that once dropped them from the fleet's table."""
 
 
 def write(
@@ -65,7 +68,7 @@ async def top(store: FleetStore, now: float, limit: int, window_s: float) -> lis
         except (TypeError, ValueError):
             rejected("gap", "malformed")
             continue
-        if not (route_shaped(route) and isinstance(status, str) and len(status) <= 16):
+        if not (route_shaped(route) and isinstance(status, str) and len(status) <= MAX_GAP_STATUS):
             rejected("gap", "bad_field")
             continue
         if not isinstance(text, str) or len(text) > MAX_GAP_TEXT:

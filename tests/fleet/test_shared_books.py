@@ -17,6 +17,7 @@ from gateway.config.fleet_model import FleetSpec
 from gateway.config.loader import load_config
 from gateway.config.models import FollowupsSpec
 from gateway.config.session_keys import SessionKeys
+from gateway.failure import TransportKind
 from gateway.feedback.fleet_events import unseal
 from gateway.feedback.fleet_scripts import SCRIPTS
 from gateway.feedback.followups import Answered, Attempt, FollowupBook, digest
@@ -371,3 +372,25 @@ async def test_an_idle_store_that_dies_is_found_again(
     shared.book.settle(attempt("k5"), BAD, "req-1", None)
     await until(lambda: shared.store.waiting == 0)
     assert (await settled_rows(shared))["BAD_REQUEST"]["failures"] == 1  # scripts loaded anew
+
+
+async def test_every_kind_of_signature_the_gateway_writes_is_kept_by_the_fleet(
+    replicas: Callable[..., Awaitable[Replica]],
+) -> None:
+    """A status, an MCP failure, each transport fault and the longest MCP status:
+    all are read back from the store (a transport fault's kind once passed its bound)."""
+    (_, shared_a, gaps_a), (_, shared_b, _) = await replicas(), await replicas()
+    kinds = [
+        "400",
+        "mcp",
+        "mcp:reported_success",
+        *(f"transport:{kind.value}" for kind in TransportKind),
+    ]
+    for start in range(0, len(kinds), gaps_a.capacity):  # the fleet's table holds four here
+        batch = kinds[start : start + gaps_a.capacity]
+        for kind in batch:
+            gaps_a.record("orders", kind, "it failed")
+        await until(lambda: shared_a.store.waiting == 0)
+        found = await shared_b.gaps(len(batch), 900)
+        assert sorted(gap.signature.status for gap in found) == sorted(batch)
+        await shared_b.reset_gaps()
