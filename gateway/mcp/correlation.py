@@ -69,12 +69,15 @@ async def rewrite_payload(
     """A JSON-RPC message (or batch) with tracked responses upgraded; None when unchanged.
 
     `raw` is parsed only when its bytes may hold something to upgrade (a tool error, a
-    JSON-RPC error, a tool list), and then once. A response left unparsed stays in the
+    JSON-RPC error, a tool list) or a success to notice (gateway/mcp/reported_failures.py),
+    and then once. A response left unparsed stays in the
     tracker's per-exchange table, which ends with the exchange; the session's table keeps
     its entries anyway (`Tracker.pop`). `message`: `raw` already parsed (the bridge parses
     each child line once, to route it).
     """
-    if not may_be_response(raw) or not may_need_rewrite(raw, upgrader.reads_successes):
+    if not may_be_response(raw):
+        return None, []
+    if not may_need_rewrite(raw, upgrader.reads_successes) and not upgrader.may_notice(raw):
         return None, []  # a success: the server's bytes go out, never parsed here
     if message is UNPARSED:
         message = parse_message(raw)

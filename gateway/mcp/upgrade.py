@@ -22,6 +22,7 @@ from gateway.enrich.step import Enricher, FailureContext, Render
 from gateway.exchange.answer import advisory_headers
 from gateway.failure import Failure, Mode, Recovery, Refusal
 from gateway.mcp.jsonrpc import Pending
+from gateway.mcp.reported_failures import failure_text, may_report_failure, noted_message
 from gateway.mcp.rewrite import (
     guided_tools_list,
     is_reported_success,
@@ -79,6 +80,10 @@ class Upgrader:
     tools: ToolBook = field(default_factory=ToolBook)
     """The tools the server listed: which are safe to call again (gateway/mcp/tool_hints.py).
     A relay that outlives one request passes its own (the MCP runtime's, a stdio relay's)."""
+    noticed: Callable[[str, str], None] | None = None
+    """Told (route, message) of a result reported as a success whose text reads as a failure
+    and that no rule named: the gaps' `mcp:reported_success` signatures
+    (gateway/mcp/reported_failures.py). None: such results are not looked for."""
 
     async def upgrade(self, message: Any, pending: Pending, site: CallSite) -> Outcome | None:
         """The outcome for a response to `pending`, or None: send it exactly as it came."""
@@ -91,9 +96,9 @@ class Upgrader:
         result = message.get("result")
         if pending.method == "tools/call" and isinstance(result, dict) and is_tool_error(result):
             return await self._tool_error(message, result, pending, site)
-        reads_it = pending.method == "tools/call" and self.reads_successes
-        if reads_it and isinstance(result, dict) and is_reported_success(result):
-            return await self._tool_error(message, result, pending, site, reported_success=True)
+        calls = pending.method == "tools/call"
+        if calls and isinstance(result, dict) and is_reported_success(result):
+            return await self._reported_success(message, result, pending, site)
         if pending.method == "tools/list" and site.mode in UPGRADED_MODES:
             return self._guided(message, result)
         return None
@@ -131,6 +136,24 @@ class Upgrader:
             log.exception("tools/list guidance failed; original sent")
             return None
         return None if guided is None else Outcome({**message, "result": guided}, [])
+
+    async def _reported_success(
+        self, message: dict[str, Any], result: dict[str, Any], pending: Pending, site: CallSite
+    ) -> Outcome | None:
+        """A rule opted in to this tool's successes names it, or it is noticed (or neither)."""
+        if self.reads_successes:
+            outcome = await self._tool_error(message, result, pending, site, True)
+            if outcome is not None:
+                return outcome
+        if self.noticed is not None:
+            text = failure_text(result)
+            if text is not None:
+                self.noticed(site.route_name, noted_message(pending.tool, text))
+        return None
+
+    def may_notice(self, raw: bytes) -> bool:
+        """Could `raw` hold a success this upgrader notices? (A bounded byte scan.)"""
+        return self.noticed is not None and may_report_failure(raw)
 
     @property
     def reads_successes(self) -> bool:

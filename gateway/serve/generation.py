@@ -14,6 +14,7 @@ signatures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -24,6 +25,7 @@ from gateway.exchange.state import ExchangeState
 from gateway.feedback.capture import CaptureObserver, Captures
 from gateway.feedback.signatures import SignatureBook, SignatureObserver
 from gateway.http.cached_answers import CachedAnswers
+from gateway.mcp.reported_failures import REPORTED_SUCCESS
 from gateway.mcp.tool_hints import ToolBook
 from gateway.mcp.upgrade import Upgrader
 from gateway.observers import FailureObserver
@@ -49,8 +51,18 @@ class Generation:
         return cls(
             exchange,
             CachedAnswers.build(loaded, exchange.answers),
-            Upgrader(exchange.enricher, loaded.config.mcp, tools),
+            Upgrader(exchange.enricher, loaded.config.mcp, tools, noticer(signatures)),
         )
+
+
+def noticer(signatures: SignatureBook) -> Callable[[str, str], None]:
+    """Where an MCP route's results reported as successes that read as failures are counted:
+    the gaps, under their own status (gateway/mcp/reported_failures.py)."""
+
+    def noticed(route: str, message: str) -> None:
+        signatures.record(route, REPORTED_SUCCESS, message)
+
+    return noticed
 
 
 def observers(

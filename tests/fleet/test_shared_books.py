@@ -24,6 +24,7 @@ from gateway.feedback.followups import Answered, Attempt, FollowupBook, digest
 from gateway.feedback.shared import OUTCOMES, SharedTracking
 from gateway.feedback.signatures import Gap, GapSample, SignatureBook
 from gateway.feedback.store import SEP, FleetStore
+from gateway.mcp.reported_failures import REPORTED_SUCCESS
 from gateway.telemetry.metrics import REGISTRY
 from tests.support.fleet import RedisServer, fleet_key
 from tests.support.ports import free_port
@@ -377,13 +378,13 @@ async def test_an_idle_store_that_dies_is_found_again(
 async def test_every_kind_of_signature_the_gateway_writes_is_kept_by_the_fleet(
     replicas: Callable[..., Awaitable[Replica]],
 ) -> None:
-    """A status, an MCP failure, each transport fault and the longest MCP status:
+    """A status, an MCP failure, each transport fault and a result reported as a success:
     all are read back from the store (a transport fault's kind once passed its bound)."""
     (_, shared_a, gaps_a), (_, shared_b, _) = await replicas(), await replicas()
     kinds = [
         "400",
         "mcp",
-        "mcp:reported_success",
+        REPORTED_SUCCESS,
         *(f"transport:{kind.value}" for kind in TransportKind),
     ]
     for start in range(0, len(kinds), gaps_a.capacity):  # the fleet's table holds four here

@@ -23,6 +23,7 @@ from gateway.feedback.capture import load_dir
 from gateway.feedback.followups import Outcome
 from gateway.feedback.signatures import Gap as Counted
 from gateway.feedback.signatures import normalise
+from gateway.mcp.reported_failures import REPORTED_SUCCESS
 from gateway.offline.draft_check import draft_rules
 from gateway.offline.draft_file import render_rules
 from gateway.offline.explain import Sample as ExplainSample
@@ -100,6 +101,13 @@ class Gap:
     """Why there is no draft (a rule covers the gap, or no draft wins its samples)."""
 
 
+REPORTED_NOTE = (
+    "reported as a success (isError false), passed through unchanged: if this tool reports its "
+    "failures this way, name them with a rule of match.mcp.is_error: false, the tool and the "
+    "words (docs/rules.md#failures-reported-as-successes)"
+)
+
+
 async def captured(config: GatewayConfig) -> list[dict[str, Any]]:
     """The newest capture records of every route with `capture:`, read off the event loop."""
     dirs = sorted({spec.capture.dir for spec in config.routes if spec.capture is not None})
@@ -138,7 +146,9 @@ async def gaps(
         outcome = drafted.by_sample.get(id(found[0])) if found else None
         draft = outcome if isinstance(outcome, Draft) else None
         note = outcome if isinstance(outcome, str) else None
-        if not found:
+        if signature.status == REPORTED_SUCCESS:
+            note = REPORTED_NOTE
+        elif not found:
             note = "no draft: no sample of this failure is kept (an MCP or transport failure)"
         shown.append(
             Gap(

@@ -1,0 +1,76 @@
+"""Tool results reported as successes whose text reads as a failure: noticed, never changed.
+
+Some servers answer a failure with `isError: false` and the error in the text (an SQLite
+server's `Database error: no such table: widgets`). The contract passes a success through
+byte for byte, so the gateway never rewrites one unless a rule opts in
+(`match.mcp.is_error: false`, docs/rules.md#failures-reported-as-successes). An operator can
+only write that rule for a tool once they know it does this: such results are counted per tool
+as a gaps signature of their own status, `mcp:reported_success` (docs/operations.md#gaps).
+
+Noticing must cost a success next to nothing, since most results are successes: one bounded
+byte scan of the response's first `SCAN_BYTES` for a text item that begins with a failure's
+words. Only a response the scan picks out is parsed, and the words are checked again on the
+decoded text, so a false pick costs one parse and is never counted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.mcp.rewrite import tool_error_text
+
+REPORTED_SUCCESS = "mcp:reported_success"
+"""The status of these signatures in /gaps, beside `mcp` (a tool error a default named)."""
+SCAN_BYTES = 8192
+"""How far into a response the scan looks: a result's first text item comes early in it."""
+MAX_NOTED_TEXT = 512
+"""Characters of the text a signature is made from (the signature keeps fewer still)."""
+
+# The words a failure begins with, in the forms servers write them: `Error: …`, `Failed to
+# …`, `[ERROR] …`, `Traceback (most recent call last)`, `{"error": …}` as text, or up to
+# three words naming what failed and a colon (`Database error: …`, `Query failed: …`).
+# Whitespace is what JSON writes raw (space, tab) or escapes (`\n`, `\r`, `\t`), so the
+# byte scan and the check on the decoded text agree (ASCII only, both case-insensitive).
+_WORDS = (
+    r"error|failed|failure|exception|traceback|unable to|cannot|can't|could not|couldn't"
+    r"|invalid|denied|permission denied|access denied|forbidden|unauthorized|not found|no such"
+)
+_NAMED = r"(?:[a-z]+ ){1,3}(?:error|failed|failure|exception):"
+_TEXT_BEGINS = re.compile(
+    rb'"text"[ \t\n\r]*:[ \t\n\r]*"(?:[ \t]|\\[nrt])*(?:\[?(?:'
+    + _WORDS.encode()
+    + rb")\b|"
+    + _NAMED.encode()
+    + rb'|\{[ \t]*\\"error\\")',
+    re.IGNORECASE,
+)
+_BEGINS = re.compile(
+    r"[ \t\n\r]*(?:\[?(?:" + _WORDS + r")\b|" + _NAMED + r'|\{[ \t]*"error")',
+    re.IGNORECASE | re.ASCII,
+)
+
+
+def may_report_failure(raw: bytes) -> bool:
+    """Could this response hold a result whose text begins with a failure's words?"""
+    return _TEXT_BEGINS.search(raw, 0, SCAN_BYTES) is not None
+
+
+def failure_text(result: dict[str, Any]) -> str | None:
+    """The text of a result reported as a success when one of its text items begins with a
+    failure's words (what its signature is made from), else None."""
+    content = result.get("content")
+    if not isinstance(content, list):
+        return None
+    for item in content:
+        if not isinstance(item, dict) or item.get("type") != "text":
+            continue
+        text = item.get("text")
+        if isinstance(text, str) and _BEGINS.match(text) is not None:
+            return tool_error_text(result)[:MAX_NOTED_TEXT]
+    return None
+
+
+def noted_message(tool: str | None, text: str) -> str:
+    """A signature's message: per tool, since the rule that names it names its tool."""
+    return f"{tool or '?'}: {text}"
