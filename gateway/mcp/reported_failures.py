@@ -22,8 +22,9 @@ from gateway.mcp.rewrite import tool_error_text
 
 REPORTED_SUCCESS = "mcp:reported_success"
 """The status of these signatures in /gaps, beside `mcp` (a tool error a default named)."""
-SCAN_BYTES = 8192
-"""How far into a response the scan looks: a result's first text item comes early in it."""
+SCAN_BYTES = 1024
+"""How far into a response the scan looks: a result's first text item begins within it (the
+SDKs write `content` first), and `bytes.find` over text costs ~3 µs a KiB at worst."""
 MAX_NOTED_TEXT = 512
 """Characters of the text a signature is made from (the signature keeps fewer still)."""
 
@@ -36,9 +37,12 @@ _WORDS = (
     r"error|failed|failure|exception|traceback|unable to|cannot|can't|could not|couldn't"
     r"|invalid|denied|permission denied|access denied|forbidden|unauthorized|not found|no such"
 )
-_NAMED = r"(?:[a-z]+ ){1,3}(?:error|failed|failure|exception):"
+_NAMED = r"(?:[a-z]{1,24} ){1,3}(?:error|failed|failure|exception):"
+TEXT_KEY = b'"text"'
+# Tried only where `"text"` stands (found by `bytes.find`, far cheaper than a regex's own
+# search, which a case-insensitive pattern cannot start from a literal).
 _TEXT_BEGINS = re.compile(
-    rb'"text"[ \t\n\r]*:[ \t\n\r]*"(?:[ \t]|\\[nrt])*(?:\[?(?:'
+    rb'[ \t\n\r]*:[ \t\n\r]*"(?:[ \t]|\\[nrt])*(?:\[?(?:'
     + _WORDS.encode()
     + rb")\b|"
     + _NAMED.encode()
@@ -53,7 +57,13 @@ _BEGINS = re.compile(
 
 def may_report_failure(raw: bytes) -> bool:
     """Could this response hold a result whose text begins with a failure's words?"""
-    return _TEXT_BEGINS.search(raw, 0, SCAN_BYTES) is not None
+    end = min(len(raw), SCAN_BYTES)
+    at = raw.find(TEXT_KEY, 0, end)
+    while at != -1:
+        if _TEXT_BEGINS.match(raw, at + len(TEXT_KEY), end) is not None:
+            return True
+        at = raw.find(TEXT_KEY, at + len(TEXT_KEY), end)
+    return False
 
 
 def failure_text(result: dict[str, Any]) -> str | None:
