@@ -30,14 +30,15 @@ MAX_NOTED_TEXT = 512
 
 # The words a failure begins with, in the forms servers write them: `Error: …`, `Failed to
 # …`, `[ERROR] …`, `Traceback (most recent call last)`, `{"error": …}` as text, or up to
-# three words naming what failed and a colon (`Database error: …`, `Query failed: …`).
+# three words naming what failed and a colon (`Database error: …`, `Query failed: …`,
+# `Security violation: …`, `Key not found: …`).
 # Whitespace is what JSON writes raw (space, tab) or escapes (`\n`, `\r`, `\t`), so the
 # byte scan and the check on the decoded text agree (ASCII only, both case-insensitive).
 _WORDS = (
     r"error|failed|failure|exception|traceback|unable to|cannot|can't|could not|couldn't"
     r"|invalid|denied|permission denied|access denied|forbidden|unauthorized|not found|no such"
 )
-_NAMED = r"(?:[a-z]{1,24} ){1,3}(?:error|failed|failure|exception):"
+_NAMED = r"(?:[a-z]{1,24} ){1,3}(?:error|failed|failure|exception|violation|not found):"
 TEXT_KEY = b'"text"'
 # Tried only where `"text"` stands (found by `bytes.find`, far cheaper than a regex's own
 # search, which a case-insensitive pattern cannot start from a literal).
@@ -46,11 +47,11 @@ _TEXT_BEGINS = re.compile(
     + _WORDS.encode()
     + rb")\b|"
     + _NAMED.encode()
-    + rb'|\{[ \t]*\\"error\\")',
+    + rb'|\{(?:[ \t]|\\[nrt])*\\"error\\")',
     re.IGNORECASE,
 )
 _BEGINS = re.compile(
-    r"[ \t\n\r]*(?:\[?(?:" + _WORDS + r")\b|" + _NAMED + r'|\{[ \t]*"error")',
+    r"[ \t\n\r]*(?:\[?(?:" + _WORDS + r")\b|" + _NAMED + r'|\{[ \t\n\r]*"error")',
     re.IGNORECASE | re.ASCII,
 )
 

@@ -51,6 +51,9 @@ FAILURE_TEXTS = [
     "Permission denied: /etc/shadow",
     "No such file or directory: notes.txt",
     '{"error": "not allowed"}',
+    '{\n  "error": "File not found: deck.pptx"\n}',
+    "Security violation: Command 'rm' is not allowed",
+    "Key not found: vegetable",
     "Invalid timezone: 'Mars'",
 ]
 SUCCESS_TEXTS = [
