@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.mcp.rewrite import tool_error_text
+from gateway.mcp.rewrite import text_items
 
 REPORTED_SUCCESS = "mcp:reported_success"
 """The status of these signatures in /gaps, beside `mcp` (a tool error a default named)."""
@@ -70,16 +70,10 @@ def may_report_failure(raw: bytes) -> bool:
 def failure_text(result: dict[str, Any]) -> str | None:
     """The text of a result reported as a success when one of its text items begins with a
     failure's words (what its signature is made from), else None."""
-    content = result.get("content")
-    if not isinstance(content, list):
+    texts = text_items(result)
+    if not any(_BEGINS.match(text) for text in texts):
         return None
-    for item in content:
-        if not isinstance(item, dict) or item.get("type") != "text":
-            continue
-        text = item.get("text")
-        if isinstance(text, str) and _BEGINS.match(text) is not None:
-            return tool_error_text(result)[:MAX_NOTED_TEXT]
-    return None
+    return "\n".join(texts)[:MAX_NOTED_TEXT]
 
 
 def noted_message(tool: str | None, text: str) -> str:

@@ -59,19 +59,23 @@ def is_reported_success(result: Any) -> bool:
     )
 
 
-def tool_error_text(result: dict[str, Any]) -> str:
-    """The text of the result's text items, joined by newlines: what body rules look at."""
+def text_items(result: dict[str, Any]) -> list[str]:
+    """The texts of the result's text items, in their order."""
     content = result.get("content")
     if not isinstance(content, list):
-        return ""
-    texts = [
+        return []
+    return [
         item["text"]
         for item in content
         if isinstance(item, dict)
         and item.get("type") == "text"
         and isinstance(item.get("text"), str)
     ]
-    return "\n".join(texts)
+
+
+def tool_error_text(result: dict[str, Any]) -> str:
+    """The text of the result's text items, joined by newlines: what body rules look at."""
+    return "\n".join(text_items(result))
 
 
 def upgraded_tool_result(
