@@ -15,20 +15,11 @@ import yaml
 
 from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
-from tests.support.mcp import INIT
+from tests.support.mcp import DB_RULE, INIT
 from tests.support.paths import MCP_SERVERS
 
 SDK_SERVER = [sys.executable, str(MCP_SERVERS / "sdk_server.py"), "stdio"]
 INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-DB_RULE = {
-    "id": "db-error-reported-as-success",
-    "match": {"mcp": {"tool": "query_db", "is_error": False}, "body": "^Database error: "},
-    "error": {
-        "code": "DATABASE_ERROR",
-        "category": "VALIDATION_ERROR",
-        "fix_required": "Correct the query as the message says, then call again",
-    },
-}
 
 
 def call(n: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

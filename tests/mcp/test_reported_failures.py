@@ -26,18 +26,9 @@ from gateway.mcp.reported_failures import (
     may_report_failure,
 )
 from tests.support.gateway import RunningGateway, StartGateway, StartUpstream, route_config
-from tests.support.mcp import INIT
+from tests.support.mcp import DB_RULE, INIT
 
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-DB_RULE = {
-    "id": "db-error-reported-as-success",
-    "match": {"mcp": {"tool": "query_db", "is_error": False}, "body": "^Database error: "},
-    "error": {
-        "code": "DATABASE_ERROR",
-        "category": "VALIDATION_ERROR",
-        "fix_required": "Correct the query as the message says, then call again",
-    },
-}
 
 FAILURE_TEXTS = [
     "Error: connection refused",
@@ -64,7 +55,7 @@ SUCCESS_TEXTS = [
     "error_count=0",
     "Failedness is not a word",
     "Some words before the error: none of them the first",
-    '{"errors": [], "ok": true}'.replace('"errors"', '"result"'),
+    '{"errors": [], "ok": true}',
 ]
 
 
@@ -89,19 +80,15 @@ def test_a_success_is_neither_picked_nor_confirmed(text: str) -> None:
 
 def test_the_scan_is_bounded() -> None:
     """Past `SCAN_BYTES` nothing is looked at: a huge success costs the same as a small one."""
-    early = response("x" * 10, structuredContent={"pad": "y" * SCAN_BYTES})
-    assert not may_report_failure(early)
-    late = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "result": {
-                "pad": "y" * SCAN_BYTES,
-                "content": [{"type": "text", "text": "Error: too far in"}],
-            },
-        }
-    ).encode()
-    assert not may_report_failure(late)
+
+    def padded(pad_first: bool) -> bytes:
+        pad = {"pad": "y" * SCAN_BYTES}
+        content = {"content": [{"type": "text", "text": "Error: too far in"}]}
+        result = {**pad, **content} if pad_first else {**content, **pad}
+        return json.dumps({"jsonrpc": "2.0", "id": 1, "result": result}).encode()
+
+    assert may_report_failure(padded(pad_first=False))  # within the bound: picked
+    assert not may_report_failure(padded(pad_first=True))  # the same text past it: not
 
 
 @given(
@@ -209,7 +196,7 @@ async def test_the_sdk_server_through_the_sdk_client_and_the_gaps_endpoint(
     assert reported(opted_in) == []
 
 
-async def test_an_init_and_a_tool_list_are_never_counted(
+async def test_an_initialize_is_never_counted(
     start_gateway: StartGateway, start_upstream: StartUpstream
 ) -> None:
     """Only a `tools/call` result is a tool's answer: an `initialize` whose instructions

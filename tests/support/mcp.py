@@ -34,6 +34,17 @@ def call(n: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+DB_RULE: dict[str, Any] = {
+    "id": "db-error-reported-as-success",
+    "match": {"mcp": {"tool": "query_db", "is_error": False}, "body": "^Database error: "},
+    "error": {
+        "code": "DATABASE_ERROR",
+        "category": "VALIDATION_ERROR",
+        "fix_required": "Correct the query as the message says, then call again",
+    },
+}
+"""The opt-in rule for tests/mcp_servers/sdk_server.py's query_db, which reports a database
+error as a success (docs/rules.md#failures-reported-as-successes)."""
 
 
 @dataclass
