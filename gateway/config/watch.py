@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,7 @@ class ConfigWatcher:
         self._debounce_s = debounce_s
         self._task: asyncio.Task[None] | None = None
         self._seen: Fingerprint = ()
+        self._busy = asyncio.Lock()
 
     def start(self) -> None:
         """Fingerprint now, so a change made right after starting is not taken as the baseline."""
@@ -88,6 +89,18 @@ class ConfigWatcher:
         console's "Save") is not made again when the next poll sees the files it read."""
         self._seen = fingerprint(self._files())
 
+    @contextlib.asynccontextmanager
+    async def reloading(self) -> AsyncIterator[None]:
+        """Every reload runs inside this, one at a time, and settles when it ends (loaded or
+        failed: a failed one's files are then watched as they are). The poll waits for a
+        reload under way before it fires, so the console's "Save", which writes the file and
+        reloads, is not reloaded a second time by a poll that saw the write mid-load."""
+        async with self._busy:
+            try:
+                yield
+            finally:
+                self.settle()
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
@@ -100,6 +113,10 @@ class ConfigWatcher:
                 if settled == current:
                     break
                 current = settled
+            async with self._busy:  # a reload under way elsewhere ends first
+                pass
+            if fingerprint(self._files()) == self._seen:
+                continue  # that reload read these files already
             log.info("config file changed; reloading")
             try:
                 await self._on_change()

@@ -130,7 +130,7 @@ class GatewayServer:
         require_c_parser()
         self.config_path = config_path
         self.record = ConfigRecord(loaded)  # GET /config; the files the watcher polls
-        self.watcher: ConfigWatcher | None = None  # told of each reload, so it makes none again
+        self.watcher: ConfigWatcher | None = None  # each reload runs in its `reloading()`
         self.signatures = SignatureBook()
         self.followups = FollowupBook(loaded.config.followups, origin=os.getpid())
         self.shared = shared.connect(loaded, self.followups, self.signatures)
@@ -257,10 +257,16 @@ class GatewayServer:
         if self.config_path is None:
             log.warning("reload requested, but the gateway runs without a config file")
             return False
+        if self.watcher is None:
+            return await self._reload(self.config_path)
+        async with self.watcher.reloading():
+            return await self._reload(self.config_path)
+
+    async def _reload(self, config_path: str) -> bool:
         loop = asyncio.get_running_loop()
         try:
             running = self.loaded
-            state = await loop.run_in_executor(None, self._build, self.config_path, running)
+            state = await loop.run_in_executor(None, self._build, config_path, running)
         except ConfigError as exc:
             RELOADS.labels(result="failure").inc()
             self.record.failed(exc)
@@ -275,11 +281,9 @@ class GatewayServer:
             self.shared.routes = frozenset(route.name for route in config.routes)
         set_access_log(config.log.access)
         self.record.loaded(state.exchange.loaded)
-        if self.watcher is not None:
-            self.watcher.settle()
         RELOADS.labels(result="success").inc()
         rules = len(state.exchange.loaded.rules)
-        log.info("config reloaded from %s (%d rules)", self.config_path, rules)
+        log.info("config reloaded from %s (%d rules)", config_path, rules)
         self._retire(old)
         return True
 

@@ -375,15 +375,20 @@ class Supervisor:
         file); a bad file keeps the running one, and each worker logs why."""
         if self._config_path is None:
             return
-        load = functools.partial(reloaded_config, self._config_path, self.loaded, quiet=True)
+        if self._watcher is None:
+            await self._load_again(self._config_path)
+            return
+        async with self._watcher.reloading():  # a reload it did not make: not made again
+            await self._load_again(self._config_path)
+
+    async def _load_again(self, config_path: str) -> None:
+        load = functools.partial(reloaded_config, config_path, self.loaded, quiet=True)
         try:
             self.loaded = await asyncio.get_running_loop().run_in_executor(None, load)
         except ConfigError as exc:
             self.record.failed(exc)
             return
         self.record.loaded(self.loaded)
-        if self._watcher is not None:  # a reload it did not make: not made again
-            self._watcher.settle()
 
     def _request_stop(self, signum: int) -> None:
         if not self._stopping:

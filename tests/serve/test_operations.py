@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,53 @@ async def test_file_change_triggers_one_debounced_reload(
     assert reloads == [True]
     _, body = await get(gateway, "/custom/a")
     assert json.loads(body)["failure"]["code"] == "FROM_WATCHER"
+
+
+async def test_a_reload_made_elsewhere_is_not_made_again_by_the_watcher(
+    start_gateway: StartGateway, start_upstream: StartUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's "Save" writes the file, then reloads: a poll that sees the write while
+    that reload is still loading must wait for it, not reload a second time (a CI run met
+    generation 3 where the test of the console's loop expects 2)."""
+    upstream = await start_upstream(legacy_app())
+    data = config(upstream)
+    gateway = await start_gateway(data)
+    server = gateway.server
+    assert server.config_path is not None
+    build = server._build
+
+    def slow_build(*args: Any) -> Any:  # a load that outlasts a poll and its debounce
+        time.sleep(0.5)
+        return build(*args)
+
+    monkeypatch.setattr(server, "_build", slow_build)
+    by_watcher: list[bool] = []
+
+    async def reload() -> None:
+        by_watcher.append(await server.reload())
+
+    watcher = ConfigWatcher(lambda: server.loaded.files, reload, interval_s=0.05, debounce_s=0.1)
+    server.watcher = watcher
+    watcher.start()
+    try:
+        data["rules"][0]["error"]["code"] = "SAVED"
+        rewrite(Path(server.config_path), data)
+        assert await server.reload()
+        await asyncio.sleep(0.6)  # polls and debounces enough to have fired twice
+        assert by_watcher == []
+        data["rules"][0]["error"]["code"] = "EDITED"  # and a later edit is still seen
+        rewrite(Path(server.config_path), data)
+        for _ in range(60):
+            if by_watcher:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await watcher.stop()
+        server.watcher = None
+    assert by_watcher == [True]
+    assert server.record.generation == 3
+    _, body = await get(gateway, "/custom/a")
+    assert json.loads(body)["failure"]["code"] == "EDITED"
 
 
 def test_rollout_quarter_of_callers_is_stable() -> None:
