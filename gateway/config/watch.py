@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +124,11 @@ class ConfigWatcher:
             except Exception:
                 log.exception("reload after a file change failed")
             self.settle()
+
+
+def one_reload_at_a_time(watcher: ConfigWatcher | None) -> AbstractAsyncContextManager[None]:
+    """Where a reload runs: the watcher's `reloading()`, or nothing to wait for without one."""
+    return contextlib.nullcontext() if watcher is None else watcher.reloading()
 
 
 def reloaded_config(path: str, running: LoadedConfig, *, quiet: bool = False) -> LoadedConfig:

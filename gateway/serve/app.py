@@ -22,7 +22,7 @@ from gateway.config.errors import ConfigError, Refused
 from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
 from gateway.config.models import TelemetrySpec
-from gateway.config.watch import ConfigRecord, ConfigWatcher, reloaded_config
+from gateway.config.watch import ConfigRecord, ConfigWatcher, one_reload_at_a_time, reloaded_config
 from gateway.exchange.connection import (
     AnyPathResource,
     AsteriskResource,
@@ -257,35 +257,30 @@ class GatewayServer:
         if self.config_path is None:
             log.warning("reload requested, but the gateway runs without a config file")
             return False
-        if self.watcher is None:
-            return await self._reload(self.config_path)
-        async with self.watcher.reloading():
-            return await self._reload(self.config_path)
-
-    async def _reload(self, config_path: str) -> bool:
-        loop = asyncio.get_running_loop()
-        try:
-            running = self.loaded
-            state = await loop.run_in_executor(None, self._build, config_path, running)
-        except ConfigError as exc:
-            RELOADS.labels(result="failure").inc()
-            self.record.failed(exc)
-            log.error("config reload failed; keeping the running config:\n%s", exc)
-            return False
-        holder = self.app[STATE]
-        old = holder.current
-        holder.current = state
-        config = state.exchange.config
-        self.followups.configure(config.followups)
-        if self.shared is not None:  # the routes another replica's events may name
-            self.shared.routes = frozenset(route.name for route in config.routes)
-        set_access_log(config.log.access)
-        self.record.loaded(state.exchange.loaded)
-        RELOADS.labels(result="success").inc()
-        rules = len(state.exchange.loaded.rules)
-        log.info("config reloaded from %s (%d rules)", config_path, rules)
-        self._retire(old)
-        return True
+        async with one_reload_at_a_time(self.watcher):
+            loop = asyncio.get_running_loop()
+            try:
+                running = self.loaded
+                state = await loop.run_in_executor(None, self._build, self.config_path, running)
+            except ConfigError as exc:
+                RELOADS.labels(result="failure").inc()
+                self.record.failed(exc)
+                log.error("config reload failed; keeping the running config:\n%s", exc)
+                return False
+            holder = self.app[STATE]
+            old = holder.current
+            holder.current = state
+            config = state.exchange.config
+            self.followups.configure(config.followups)
+            if self.shared is not None:  # the routes another replica's events may name
+                self.shared.routes = frozenset(route.name for route in config.routes)
+            set_access_log(config.log.access)
+            self.record.loaded(state.exchange.loaded)
+            RELOADS.labels(result="success").inc()
+            rules = len(state.exchange.loaded.rules)
+            log.info("config reloaded from %s (%d rules)", self.config_path, rules)
+            self._retire(old)
+            return True
 
     def _build(self, path: str, running: LoadedConfig) -> Generation:
         """The next generation, from the file; run in a thread (loading and compiling)."""

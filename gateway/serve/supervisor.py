@@ -45,7 +45,7 @@ from aiohttp import web
 from gateway.config.errors import ConfigError
 from gateway.config.loaded import LoadedConfig
 from gateway.config.model_base import parse_host_port
-from gateway.config.watch import ConfigRecord, ConfigWatcher, reloaded_config
+from gateway.config.watch import ConfigRecord, ConfigWatcher, one_reload_at_a_time, reloaded_config
 from gateway.mcp.bridge_owners import BRIDGE_NS_ENV
 from gateway.mcp.session_ledger import Ledger, answer_claim
 from gateway.serve import listeners, process_tuning
@@ -375,20 +375,14 @@ class Supervisor:
         file); a bad file keeps the running one, and each worker logs why."""
         if self._config_path is None:
             return
-        if self._watcher is None:
-            await self._load_again(self._config_path)
-            return
-        async with self._watcher.reloading():  # a reload it did not make: not made again
-            await self._load_again(self._config_path)
-
-    async def _load_again(self, config_path: str) -> None:
-        load = functools.partial(reloaded_config, config_path, self.loaded, quiet=True)
-        try:
-            self.loaded = await asyncio.get_running_loop().run_in_executor(None, load)
-        except ConfigError as exc:
-            self.record.failed(exc)
-            return
-        self.record.loaded(self.loaded)
+        async with one_reload_at_a_time(self._watcher):  # one it did not make: not made again
+            load = functools.partial(reloaded_config, self._config_path, self.loaded, quiet=True)
+            try:
+                self.loaded = await asyncio.get_running_loop().run_in_executor(None, load)
+            except ConfigError as exc:
+                self.record.failed(exc)
+                return
+            self.record.loaded(self.loaded)
 
     def _request_stop(self, signum: int) -> None:
         if not self._stopping:
